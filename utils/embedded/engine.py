@@ -1,0 +1,266 @@
+"""llama.cpp behind the embedded server: one worker thread per loaded model.
+
+Each model keeps a single KV-cache sequence and serves requests one evaluation at a time. The one
+trick is for the prompt-prefix validator: requests that arrive together with `num_predict` 1 and
+prompts that extend one another (context, context+d1, context+d1+d2, ...) are answered from ONE
+evaluation of the longest prompt, reading each request's next-token logits at its own position.
+
+Tokenization follows the cache: a prompt whose text starts with the text of the cached tokens keeps
+those tokens and only the rest is tokenized, and in a nested group each prompt is tokenized as the
+previous one plus its extra text. That is what keeps a speculative answer on the same token
+sequence as a standard one; re-tokenizing generated text from scratch can split it differently.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from utils.embedded.sampling import SamplingOptions, log_softmax, sample
+
+COALESCE_SECONDS = 0.004  # how long a worker waits for the rest of a validator's burst
+
+
+class EngineError(Exception):
+    """A request the engine cannot serve; `status` is the HTTP status Ollama uses for it."""
+
+    def __init__(self, message: str, status: int = 500):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class TokenInfo:
+    token: int
+    piece: bytes
+    logprob: float | None = None
+    top: list[tuple[int, bytes, float]] | None = None
+
+
+@dataclass
+class Completion:
+    """The end of one request: why it stopped and Ollama's counters (durations in nanoseconds)."""
+
+    done_reason: str
+    prompt_eval_count: int
+    prompt_eval_duration: int
+    eval_count: int
+    eval_duration: int
+
+
+@dataclass
+class Job:
+    """One generation request. `on_token` and `on_done` are called from the worker thread."""
+
+    prompt: bytes
+    options: SamplingOptions
+    num_predict: int
+    top_logprobs: int | None  # None: no logprobs
+    on_token: Callable[[TokenInfo], None]
+    on_done: Callable[[Completion | EngineError], None]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    tokens: list[int] = field(default_factory=list)
+
+
+class ModelRunner:
+    """A loaded model, its KV cache and the thread that owns both."""
+
+    def __init__(self, name: str, path: Path, num_ctx: int, threads: int):
+        from llama_cpp import Llama, llama_cpp
+
+        self.name, self.path, self.num_ctx = name, path, num_ctx
+        self.llama = Llama(
+            model_path=str(path), n_ctx=num_ctx, n_batch=512, n_threads=threads,
+            n_threads_batch=threads, logits_all=False, verbose=False,
+        )
+        model = self.llama._model
+        self.vocab_size = self.llama.n_vocab()
+        self.pieces = [model.detokenize([t], special=False) for t in range(self.vocab_size)]
+        vocab = llama_cpp.llama_model_get_vocab(model.model)
+        self.end_tokens = {t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, t)}
+        self.cached: list[int] = []  # tokens whose keys and values are in the KV cache
+        self.predicted: dict[int, int] = {}  # position -> the token this model chose there
+        self.jobs: queue.Queue[Job | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._serve, name=f"model {name}", daemon=True)
+        self.thread.start()
+
+    @property
+    def metadata(self) -> dict[str, str]:
+        return dict(self.llama.metadata)
+
+    def submit(self, job: Job) -> None:
+        self.jobs.put(job)
+
+    def close(self) -> None:
+        self.jobs.put(None)
+        self.thread.join(timeout=30)
+        self.llama.close()
+
+    # -- tokenization ---------------------------------------------------------------------------
+
+    def tokenize(self, text: bytes, after: list[int] | None = None) -> list[int]:
+        """Tokens for `text`, continuing `after` (tokens whose text is a prefix) or the cache."""
+        base = after if after is not None else self._continue_cache(text)
+        rest = text[sum(len(self.pieces[t]) for t in base) :] if base else text
+        if not rest:
+            return list(base)
+        return list(base) + self.llama.tokenize(rest, add_bos=not base, special=True)
+
+    def _continue_cache(self, text: bytes) -> list[int]:
+        """The longest run of cached or predicted tokens whose text starts `text`.
+
+        Where this model itself predicted the token at a position (it generated it, or answered a
+        validator request there) and the text goes on with that token, the prediction wins over
+        what is cached: the text is then the model's own output and must keep its own tokens.
+        """
+        tokens: list[int] = []
+        offset = 0
+        for position in range(len(self.cached) + 1):
+            cached = self.cached[position] if position < len(self.cached) else None
+            predicted = self.predicted.get(position)
+            choice = next(
+                (t for t in (predicted, cached)
+                 if t is not None and self.pieces[t] and text.startswith(self.pieces[t], offset)),
+                None,
+            )
+            if choice is None:
+                break
+            tokens.append(choice)
+            offset += len(self.pieces[choice])
+            if choice != cached:
+                break  # past here the cache holds another text
+        return tokens
+
+    # -- the worker ------------------------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while True:
+            job = self.jobs.get()
+            if job is None:
+                return
+            burst = [job]
+            deadline = time.monotonic() + COALESCE_SECONDS
+            while (wait := deadline - time.monotonic()) > 0:
+                try:
+                    more = self.jobs.get(timeout=wait)
+                except queue.Empty:
+                    break
+                if more is None:
+                    self.jobs.put(None)
+                    break
+                burst.append(more)
+            for group in self._nested_groups(burst):
+                self._run_group(group)
+
+    def _nested_groups(self, burst: list[Job]) -> list[list[Job]]:
+        """Tokenize the burst shortest first and chain prompts that extend one another."""
+        groups: list[list[Job]] = []
+        for job in sorted(burst, key=lambda j: len(j.prompt)):
+            last = groups[-1][-1] if groups else None
+            nests = (
+                last is not None and job.num_predict == 1 and last.num_predict == 1
+                and job.prompt.startswith(last.prompt)
+            )
+            try:
+                job.tokens = self.tokenize(job.prompt, after=last.tokens if nests else None)
+            except Exception as error:  # noqa: BLE001 - reported to the client, never raised here
+                job.on_done(EngineError(f"could not tokenize the prompt: {error}", 400))
+                continue
+            if nests and len(job.tokens) > len(last.tokens):
+                groups[-1].append(job)
+            else:
+                groups.append([job])
+        return groups
+
+    def _run_group(self, group: list[Job]) -> None:
+        try:
+            longest = group[-1].tokens
+            if not group[0].tokens:
+                raise EngineError("the prompt is empty", 400)
+            if len(longest) >= self.num_ctx:
+                raise EngineError(
+                    f"the input length ({len(longest)} tokens) exceeds the context length "
+                    f"({self.num_ctx} tokens)", 400
+                )
+            started = time.perf_counter_ns()
+            rows = self._evaluate(longest, first_row=len(group[0].tokens) - 1)
+            prompt_ns = time.perf_counter_ns() - started
+            first = len(group[0].tokens) - 1
+            for job in group:
+                self._generate(job, rows[len(job.tokens) - 1 - first], prompt_ns)
+        except EngineError as error:
+            for job in group:
+                job.on_done(error)
+        except Exception as error:  # noqa: BLE001 - a crash here must not kill the worker
+            for job in group:
+                job.on_done(EngineError(f"llama.cpp failed: {error}", 500))
+
+    def _evaluate(self, tokens: list[int], first_row: int) -> np.ndarray:
+        """Bring the KV cache to `tokens` and return the logits of positions first_row..end."""
+        keep = 0
+        for cached, wanted in zip(self.cached, tokens[:first_row]):
+            if cached != wanted:
+                break
+            keep += 1
+        ctx = self.llama._ctx
+        ctx.kv_cache_seq_rm(-1, keep, -1)
+        self.cached = tokens[:keep]
+        self.predicted = {p: t for p, t in self.predicted.items() if p <= keep}
+        if keep < first_row:
+            self._decode(tokens[keep:first_row], with_logits=False)
+        return self._decode(tokens[first_row:], with_logits=True)
+
+    def _decode(self, tokens: list[int], with_logits: bool) -> np.ndarray:
+        batch, ctx = self.llama._batch, self.llama._ctx
+        outputs = []
+        for start in range(0, len(tokens), self.llama.n_batch):
+            chunk = tokens[start : start + self.llama.n_batch]
+            batch.set_batch(batch=chunk, n_past=len(self.cached), logits_all=with_logits)
+            ctx.decode(batch)
+            self.cached.extend(chunk)
+            if with_logits:
+                flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(len(chunk) * self.vocab_size,))
+                outputs.append(flat.reshape(len(chunk), self.vocab_size).copy())
+        if not with_logits:
+            return np.empty((0, self.vocab_size), dtype=np.float32)
+        return np.concatenate(outputs)
+
+    def _generate(self, job: Job, logits: np.ndarray, prompt_ns: int) -> None:
+        """Sample from `logits`, then keep decoding one token at a time until a stop."""
+        rng = np.random.default_rng(job.options.seed)
+        count, reason = 0, "length"
+        started = time.perf_counter_ns()
+        while True:
+            if job.cancelled.is_set():
+                reason = "cancelled"
+                break
+            token = sample(logits, job.options, rng)
+            self.predicted[len(job.tokens) + count] = token
+            if token in self.end_tokens:
+                reason = "stop"
+                break
+            job.on_token(self._token_info(token, logits, job.top_logprobs))
+            count += 1
+            if count == job.num_predict or job.cancelled.is_set():
+                break
+            if len(self.cached) + 1 >= self.num_ctx:
+                break  # the context is full: Ollama ends such an answer with done_reason "length"
+            logits = self._decode([token], with_logits=True)[-1]
+        job.on_done(Completion(reason, len(job.tokens), prompt_ns, count, time.perf_counter_ns() - started))
+
+    def _token_info(self, token: int, logits: np.ndarray, top_logprobs: int | None) -> TokenInfo:
+        if top_logprobs is None:
+            return TokenInfo(token, self.pieces[token])
+        logprobs = log_softmax(logits)
+        top: list[tuple[int, bytes, float]] = []
+        if top_logprobs > 0:
+            best = np.argpartition(-logprobs, top_logprobs - 1)[:top_logprobs]
+            best = best[np.argsort(-logprobs[best], kind="stable")]
+            top = [(int(t), self.pieces[int(t)], float(logprobs[t])) for t in best]
+        return TokenInfo(token, self.pieces[token], float(logprobs[token]), top)

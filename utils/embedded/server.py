@@ -1,0 +1,84 @@
+"""Running the embedded server: in this process (`cli.py serve`) or as a child process we stop by pid."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from config import Settings
+from utils.embedded.models import ModelStore
+
+CLI = Path(__file__).resolve().parents[2] / "cli.py"
+
+
+def serve(host: str, port: int, settings: Settings) -> None:
+    import uvicorn
+
+    from utils.embedded.api import create_app
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        print(
+            f"warning: listening on {host}: anyone who can reach this address can run the models "
+            "and read their answers; the API has no authentication",
+            file=sys.stderr,
+        )
+    app = create_app(ModelStore(settings.models_dir), threads=os.cpu_count() or 2)
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class EmbeddedServer:
+    """`python cli.py serve` on 127.0.0.1 as a child process; `stop()` ends it by its pid."""
+
+    def __init__(self, port: int | None = None, log_path: Path | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 60.0) -> str:
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.process = subprocess.Popen(
+            [sys.executable, str(CLI), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            stdout=log, stderr=log, start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the embedded server exited with code {self.process.returncode}")
+            try:
+                httpx.get(f"{self.url}/api/version", timeout=1.0).raise_for_status()
+                return self.url
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"the embedded server did not answer on {self.url} within {timeout:.0f} s")
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.kill(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def __enter__(self) -> "EmbeddedServer":
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()

@@ -1,0 +1,46 @@
+"""Turning generated token bytes into the text Ollama streams: whole UTF-8 characters, stop strings."""
+
+from __future__ import annotations
+
+import codecs
+
+
+class TextAssembler:
+    """Feeds token bytes in and releases text that is final.
+
+    A multi-byte character split over tokens is held until complete. Text that could still be the
+    start of a stop string is held until it either becomes one (the answer ends before it) or cannot.
+    """
+
+    def __init__(self, stop: list[str]):
+        self.stop = [s for s in stop if s]
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self.pending = ""
+        self.stopped = False
+
+    def feed(self, piece: bytes) -> str:
+        self.pending += self.decoder.decode(piece)
+        for stop in self.stop:
+            at = self.pending.find(stop)
+            if at >= 0:
+                self.stopped = True
+                text, self.pending = self.pending[:at], ""
+                return text
+        hold = max((self._overlap(stop) for stop in self.stop), default=0)
+        text = self.pending[: len(self.pending) - hold]
+        self.pending = self.pending[len(text) :]
+        return text
+
+    def flush(self) -> str:
+        """The held-back text once the answer has ended for another reason."""
+        if self.stopped:
+            return ""
+        text, self.pending = self.pending + self.decoder.decode(b"", final=True), ""
+        return text
+
+    def _overlap(self, stop: str) -> int:
+        """Length of the longest end of `pending` that is a beginning of `stop`."""
+        for size in range(min(len(stop) - 1, len(self.pending)), 0, -1):
+            if self.pending.endswith(stop[:size]):
+                return size
+        return 0
