@@ -34,18 +34,6 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    from utils.cli_generate import run_generate
-
-    return run_generate(args)
-
-
-def cmd_bench(args: argparse.Namespace) -> int:
-    from utils.bench import run_bench_command
-
-    return run_bench_command(args)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cli.py", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -60,17 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("names", nargs="*", help="model names (install: default target, draft, smollm2)")
     models.set_defaults(run=cmd_models)
 
-    from utils.cli_generate import add_generate_arguments
-
-    add_generate_arguments(commands.add_parser("generate", help="answer one prompt")).set_defaults(
-        run=cmd_generate
-    )
-
-    from utils.bench import add_bench_arguments
-
-    add_bench_arguments(commands.add_parser("bench", help="benchmark speculative vs standard")).set_defaults(
-        run=cmd_bench
-    )
     return parser
 
 
