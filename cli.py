@@ -34,6 +34,73 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    import asyncio
+    import json
+
+    from pydantic import ValidationError
+
+    from utils.answer import generate_once
+    from utils.client import ServerError
+    from utils.hosts import HostError
+    from utils.speculative import GenerationError, GenerationRequest
+
+    try:
+        settings = get_settings().model_copy(update={
+            key: value for key, value in {"p_min": args.p_min, "draft_top_k": args.top_k_draft}.items()
+            if value is not None
+        })
+        settings = type(settings).model_validate(settings.model_dump())
+        request = GenerationRequest(
+            prompt=args.prompt, raw=not args.chat, max_tokens=args.max_tokens, temperature=args.temperature,
+            top_k=args.top_k, seed=args.seed, k=args.k, stop=args.stop or [],
+        )
+        result = asyncio.run(generate_once(
+            settings, request, target=args.target, drafter=args.draft, host=args.host,
+            draft_host=args.draft_host, echo=None if args.json else _echo,
+        ))
+    except (ValidationError, ValueError) as error:
+        print(f"error: invalid settings: {error}", file=sys.stderr)
+        return 2
+    except (HostError, ServerError, GenerationError) as error:
+        partial = getattr(error, "partial", "")
+        if partial and not args.json:
+            print()
+        print(f"error: {getattr(error, 'message', None) or error}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(result, ensure_ascii=False))
+    else:
+        print()
+        stats = result["stats"]
+        print(
+            f"[{result['mode']}: {stats['output_tokens']} tokens, {stats['tokens_per_second']:.1f} tok/s, "
+            f"accepted {stats['accepted_tokens']}/{stats['drafted_tokens']} drafted]",
+            file=sys.stderr,
+        )
+        for fallback in stats["fallbacks"]:
+            print(f"[note: {fallback['reason']}]", file=sys.stderr)
+    return 0
+
+
+def _echo(text: str) -> None:
+    print(text, end="", flush=True)
+
+
+def _probability(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError("must be between 0 and 1")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("must be 0 or more")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="cli.py", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -48,6 +115,24 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("names", nargs="*", help="model names (install: default target, draft, smollm2)")
     models.set_defaults(run=cmd_models)
 
+    generate = commands.add_parser("generate", help="answer one prompt, standard or speculative")
+    generate.add_argument("--prompt", required=True)
+    generate.add_argument("--chat", action="store_true", help="apply the model's chat template")
+    generate.add_argument("--target", default=get_settings().target_model)
+    generate.add_argument("--draft", default=get_settings().draft_model,
+                          help="a draft model, 'lookup' (prompt lookup) or 'none' (standard generation)")
+    generate.add_argument("--k", type=_non_negative, default=None, help="fixed draft length (default: adaptive)")
+    generate.add_argument("--p-min", type=_probability, default=None)
+    generate.add_argument("--top-k", type=_non_negative, default=40, help="sampling top-k of the answer")
+    generate.add_argument("--top-k-draft", type=int, default=None, help="draft candidates read per position")
+    generate.add_argument("--temperature", type=float, default=0.0)
+    generate.add_argument("--seed", type=int, default=None)
+    generate.add_argument("--max-tokens", type=int, default=256)
+    generate.add_argument("--stop", action="append", help="a stop string (repeatable)")
+    generate.add_argument("--host", default=None, help="Ollama server (default: OLLAMA_HOST, else embedded)")
+    generate.add_argument("--draft-host", default=None, help="server of the draft model (default: --host)")
+    generate.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    generate.set_defaults(run=cmd_generate)
     return parser
 
 

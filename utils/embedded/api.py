@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from utils.embedded.engine import Completion, EngineError, Job, ModelRunner, TokenInfo
 from utils.embedded.models import ModelError, ModelStore
-from utils.embedded.sampling import SamplingOptions
+from utils.sampling import SamplingOptions
 from utils.embedded.text import TextAssembler
 
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
@@ -237,10 +237,7 @@ def create_app(store: ModelStore, threads: int = 2) -> FastAPI:
         runner, _ = await models.get(body.model or body.name)
         info: dict[str, Any] = {key: _number(value) for key, value in runner.metadata.items()}
         info.pop("tokenizer.chat_template", None)
-        if body.verbose:
-            info["tokenizer.ggml.tokens"] = [p.decode("utf-8", errors="replace") for p in runner.pieces]
-        else:
-            info["tokenizer.ggml.tokens"] = []
+        info["tokenizer.ggml.tokens"] = runner.vocabulary() if body.verbose else []
         info["general.parameter_count"] = info.get("general.parameter_count", 0)
         entry = _model_entry(store.spec(runner.name))
         return {

@@ -22,9 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from utils.embedded.sampling import SamplingOptions, log_softmax, sample
+from utils.sampling import SamplingOptions, log_sum_exp, sample
 
-COALESCE_SECONDS = 0.004  # how long a worker waits for the rest of a validator's burst
+# A validator's K+1 requests reach the worker a few milliseconds apart (each is parsed on its own).
+# After a one-token request, the worker waits until the requests stop coming: a quiet gap, or a cap.
+BURST_GAP_SECONDS = 0.006
+BURST_MAX_SECONDS = 0.040
 
 
 class EngineError(Exception):
@@ -81,7 +84,8 @@ class ModelRunner:
         )
         model = self.llama._model
         self.vocab_size = self.llama.n_vocab()
-        self.pieces = [model.detokenize([t], special=False) for t in range(self.vocab_size)]
+        # Special tokens keep their text (<|im_start|>): raw prompts contain them and Ollama shows them.
+        self.pieces = [model.detokenize([t], special=True) for t in range(self.vocab_size)]
         vocab = llama_cpp.llama_model_get_vocab(model.model)
         self.end_tokens = {t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, t)}
         self.cached: list[int] = []  # tokens whose keys and values are in the KV cache
@@ -93,6 +97,16 @@ class ModelRunner:
     @property
     def metadata(self) -> dict[str, str]:
         return dict(self.llama.metadata)
+
+    def vocabulary(self) -> list[str]:
+        """Token strings as the GGUF file writes them (what Ollama's verbose /api/show lists)."""
+        from llama_cpp import llama_cpp
+
+        vocab = llama_cpp.llama_model_get_vocab(self.llama._model.model)
+        return [
+            llama_cpp.llama_vocab_get_text(vocab, t).decode("utf-8", errors="replace")
+            for t in range(self.vocab_size)
+        ]
 
     def submit(self, job: Job) -> None:
         self.jobs.put(job)
@@ -145,8 +159,8 @@ class ModelRunner:
             if job is None:
                 return
             burst = [job]
-            deadline = time.monotonic() + COALESCE_SECONDS
-            while (wait := deadline - time.monotonic()) > 0:
+            cap = time.monotonic() + (BURST_MAX_SECONDS if job.num_predict == 1 else 0.0)
+            while (wait := min(BURST_GAP_SECONDS, cap - time.monotonic())) > 0:
                 try:
                     more = self.jobs.get(timeout=wait)
                 except queue.Empty:
@@ -257,10 +271,10 @@ class ModelRunner:
     def _token_info(self, token: int, logits: np.ndarray, top_logprobs: int | None) -> TokenInfo:
         if top_logprobs is None:
             return TokenInfo(token, self.pieces[token])
-        logprobs = log_softmax(logits)
+        normalizer = log_sum_exp(logits)
         top: list[tuple[int, bytes, float]] = []
         if top_logprobs > 0:
-            best = np.argpartition(-logprobs, top_logprobs - 1)[:top_logprobs]
-            best = best[np.argsort(-logprobs[best], kind="stable")]
-            top = [(int(t), self.pieces[int(t)], float(logprobs[t])) for t in best]
-        return TokenInfo(token, self.pieces[token], float(logprobs[token]), top)
+            best = np.argpartition(-logits, top_logprobs - 1)[:top_logprobs]
+            best = best[np.argsort(-logits[best], kind="stable")]
+            top = [(int(t), self.pieces[int(t)], float(logits[t]) - normalizer) for t in best]
+        return TokenInfo(token, self.pieces[token], float(logits[token]) - normalizer, top)

@@ -1,0 +1,102 @@
+"""Adaptive draft length: pick the K with the best expected tokens per second, K = 0 when none pays.
+
+It learns, live, the acceptance rate at each draft position and what a draft, a verification of K
+tokens and a standard token cost on this server. Speculating with K costs D(K) + V(K) and yields
+E(K) = 1 + a1 + a1*a2 + ... tokens; standard generation yields one token per S seconds. When no K
+beats 1/S the controller chooses 0, the decoding loop then generates normally and probes again
+now and then, so a server that serialises requests or a draft that keeps missing costs little.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SMOOTHING = 0.2  # weight of the newest measurement in the running averages
+PROBE_EVERY = 4  # standard segments between two speculative probes while K = 0
+MARGIN = 1.02  # speculation must beat standard by this factor: noise should not tip it
+
+
+def _blend(old: float | None, new: float) -> float:
+    return new if old is None else (1 - SMOOTHING) * old + SMOOTHING * new
+
+
+@dataclass
+class DraftLengthController:
+    k_max: int
+    fixed_k: int | None = None
+    acceptance: list[float] = field(default_factory=list)  # P(position i accepted | i-1 accepted)
+    verify_seconds: dict[int, float] = field(default_factory=dict)  # by K
+    draft_seconds_per_token: float | None = None
+    standard_seconds_per_token: float | None = None
+    standard_streak: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.acceptance:
+            self.acceptance = [0.6] * max(self.k_max, 1)
+
+    # -- decisions -----------------------------------------------------------------------------
+
+    def expected_tokens(self, k: int) -> float:
+        expected, reach = 1.0, 1.0
+        for alpha in self.acceptance[:k]:
+            reach *= alpha
+            expected += reach
+        return expected
+
+    def round_seconds(self, k: int) -> float:
+        standard = self.standard_seconds_per_token or 0.05
+        if self.verify_seconds:
+            nearest = min(self.verify_seconds, key=lambda known: abs(known - k))
+            verify = self.verify_seconds[nearest] * (1 + 0.1 * (k - nearest) / max(nearest, 1))
+        else:
+            verify = standard * (1 + 0.15 * k)  # optimistic prior: try speculation first
+        return verify + (self.draft_seconds_per_token or 0.0) * k
+
+    def speculative_rate(self, k: int) -> float:
+        return self.expected_tokens(k) / max(self.round_seconds(k), 1e-6)
+
+    def choose(self, limit: int | None = None) -> int:
+        """K for the next round; `limit` caps it (tokens left, room left in the context)."""
+        cap = self.k_max if limit is None else max(0, min(self.k_max, limit))
+        if self.fixed_k is not None:
+            return min(self.fixed_k, cap)
+        if cap == 0:
+            return 0
+        if self.standard_seconds_per_token is None:
+            return 0  # measure standard speed first: the answer starts as fast as it would anyway
+        best = max(range(1, cap + 1), key=self.speculative_rate)
+        pays = self.speculative_rate(best) > MARGIN / self.standard_seconds_per_token
+        if pays or self.standard_streak >= PROBE_EVERY:
+            return best
+        return 0
+
+    # -- learning ------------------------------------------------------------------------------
+
+    def record_round(self, k: int, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+        self.standard_streak = 0
+        if drafted:
+            self.draft_seconds_per_token = _blend(self.draft_seconds_per_token, draft_seconds / drafted)
+            self.verify_seconds[drafted] = _blend(self.verify_seconds.get(drafted), verify_seconds)
+        for position in range(min(accepted + 1, drafted)):
+            self.acceptance[position] = _blend(self.acceptance[position], 1.0 if position < accepted else 0.0)
+        if drafted < k and drafted < len(self.acceptance):
+            # The drafter stopped early (p_min): the positions after it would likely fail too.
+            self.acceptance[drafted] = _blend(self.acceptance[drafted], 0.0)
+
+    def record_standard(self, tokens: int, seconds: float) -> None:
+        """A standard segment: `seconds` between its first and last token, for `tokens` - 1 steps."""
+        self.standard_streak += 1
+        if tokens > 1:
+            self.standard_seconds_per_token = _blend(self.standard_seconds_per_token, seconds / (tokens - 1))
+
+
+_controllers: dict[tuple, DraftLengthController] = {}
+
+
+def controller_for(key: tuple, k_max: int, fixed_k: int | None) -> DraftLengthController:
+    """One controller per (server, target, drafter, method) for the life of the process, so that what
+    one answer learned helps the next."""
+    full_key = (*key, k_max, fixed_k)
+    if full_key not in _controllers:
+        _controllers[full_key] = DraftLengthController(k_max=k_max, fixed_k=fixed_k)
+    return _controllers[full_key]

@@ -1,0 +1,144 @@
+"""The prompt-prefix raw-mode validator: the target's own next token at every draft position at once.
+
+For a draft d1..dK it sends K+1 concurrent raw requests with `num_predict` 1 whose prompts are
+context, context+d1, ..., context+d1..dK. On a server that batches them (the embedded one, or Ollama
+with OLLAMA_NUM_PARALLEL >= K+1) this costs about one evaluation of K tokens.
+
+A draft piece is accepted only when it equals, as text, the target's token at that position; then
+the target's token after the accepted run is emitted as well (the correction, or the bonus token
+after a fully accepted draft). Everything emitted is therefore a token the target chose, and the
+comparison works across tokenizers.
+
+Acceptance methods:
+- greedy (temperature 0): every request is greedy; output equals standard greedy generation.
+- sample-match (temperature > 0, any draft): each request samples with its own seed and a draft
+  piece is accepted while the target's sample equals it. Each emitted token is a fresh sample from
+  the target's distribution, so the distribution is exactly the target's.
+- rejection (temperature > 0, draft with the target's tokenizer, top_k <= 20): the standard
+  speculative-sampling rule on the target's and draft's top-20 log-probabilities: accept x with
+  probability min(1, p(x)/q(x)), else draw from max(0, p - q). Exact, and accepts more often than
+  sample-match because a draft token that is likely but not the one drawn can still be kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from utils.client import OllamaServer, Step
+from utils.drafters import Draft
+from utils.sampling import SamplingOptions, text_distribution
+
+END = ""  # how an end-of-text token appears among top log-probabilities
+MAX_TOP_LOGPROBS = 20
+
+
+@dataclass
+class Verdict:
+    accepted: int = 0  # draft pieces accepted
+    pieces: list[tuple[str, str]] = field(default_factory=list)  # (text, origin) to emit, in order
+    ended: bool = False  # the target ends its text after `pieces`
+    prompt_tokens: int = 0  # the target's token count of the context
+    # In sample-match mode, the seed of the position where an unusable token stopped the round:
+    # standard generation resumes with it so that the same sample is drawn there.
+    resume_seed: int | None = None
+
+
+def choose_method(options: SamplingOptions, same_tokenizer: bool) -> str:
+    if options.greedy:
+        return "greedy"
+    if same_tokenizer and 0 < options.top_k <= MAX_TOP_LOGPROBS:
+        return "rejection"
+    return "sample-match"
+
+
+class PromptPrefixValidator:
+    def __init__(self, server: OllamaServer, model: str, num_ctx: int):
+        self.server, self.model, self.num_ctx = server, model, num_ctx
+
+    async def verify(
+        self, context: str, draft: Draft, options: SamplingOptions, method: str, rng: np.random.Generator
+    ) -> Verdict:
+        prompts = [context + "".join(draft.pieces[:i]) for i in range(len(draft) + 1)]
+        base: dict[str, Any] = {"num_ctx": self.num_ctx, "temperature": 0}
+        top = 0
+        seeds: list[int | None] = [None] * len(prompts)
+        if method == "sample-match":
+            base.update(temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
+                        min_p=options.min_p)
+            seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=len(prompts))]
+        elif method == "rejection":
+            top = MAX_TOP_LOGPROBS
+        steps = await asyncio.gather(*(
+            self.server.next_token(self.model, prompt, base if seed is None else {**base, "seed": seed}, top)
+            for prompt, seed in zip(prompts, seeds)
+        ))
+        if method == "rejection":
+            verdict = self._rejection(steps, draft, options, rng)
+        else:
+            verdict = self._match(steps, draft, seeds)
+        verdict.prompt_tokens = steps[0].prompt_tokens
+        return verdict
+
+    @staticmethod
+    def _match(steps: list[Step], draft: Draft, seeds: list[int | None]) -> Verdict:
+        verdict = Verdict()
+        for position, step in enumerate(steps):
+            if step.token is None:
+                verdict.ended = step.done_reason == "stop"
+                break
+            if not step.token.complete:
+                verdict.resume_seed = seeds[position]
+                break  # part of a character: standard generation takes over from here
+            text = step.token.text
+            if position < len(draft) and text == draft.pieces[position]:
+                verdict.pieces.append((text, "draft"))
+                verdict.accepted += 1
+                continue
+            verdict.pieces.append((text, "correction" if position < len(draft) else "bonus"))
+            break
+        return verdict
+
+    @staticmethod
+    def _rejection(steps: list[Step], draft: Draft, options: SamplingOptions, rng: np.random.Generator) -> Verdict:
+        verdict = Verdict()
+        for position, step in enumerate(steps):
+            if step.token is None and step.done_reason != "stop":
+                break
+            p = text_distribution(step.token.top if step.token else {END: 0.0}, options)
+            if position < len(draft):
+                x = draft.pieces[position]
+                q = text_distribution(draft.top_logprobs[position], options_for_draft(options, draft, position))
+                if q.get(x, 0.0) > 0 and rng.random() < min(1.0, p.get(x, 0.0) / q[x]):
+                    verdict.pieces.append((x, "draft"))
+                    verdict.accepted += 1
+                    continue
+                residual = {t: max(0.0, p[t] - q.get(t, 0.0)) for t in p}
+                if sum(residual.values()) <= 0:
+                    residual = p
+                origin = "correction"
+            else:
+                residual, origin = p, "bonus"
+            choice = _draw(residual, rng)
+            if choice == END:
+                verdict.ended = True
+            elif "\ufffd" not in choice:
+                verdict.pieces.append((choice, origin))
+            break
+        return verdict
+
+
+def options_for_draft(options: SamplingOptions, draft: Draft, position: int) -> SamplingOptions:
+    """The draft samples with the target's options, limited to the candidates it reported."""
+    return SamplingOptions(options.temperature, min(options.top_k, len(draft.top_logprobs[position])) or 1,
+                           options.top_p, options.min_p)
+
+
+def _draw(probs: dict[str, float], rng: np.random.Generator) -> str:
+    texts = list(probs)
+    weights = np.array([probs[t] for t in texts], dtype=np.float64)
+    weights /= weights.sum()
+    return texts[int(rng.choice(len(texts), p=weights))]
