@@ -1,0 +1,143 @@
+"""The conversation store on a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+
+import pytest
+
+from utils.store import DEFAULT_TITLE, ConversationStore, stats_summary
+
+STATS = {
+    "mode": "speculative", "target": "smollm2:135m", "drafter": "lookup", "output_tokens": 12,
+    "tokens_per_second": 30.5, "drafted_tokens": 10, "accepted_tokens": 6, "acceptance_rate": 0.6,
+    "rounds": [{"k": 4, "drafted": 4, "accepted": 2, "emitted": 3, "seconds": 0.1, "at_seconds": 0.3}],
+}
+PIECES = [["Hello", "draft"], [" there", "correction"], ["<b>", "bonus"]]
+
+
+@pytest.fixture
+def store(tmp_path) -> ConversationStore:
+    return ConversationStore(tmp_path / "data" / "conversations.sqlite3")
+
+
+def test_create_add_and_read_back(store):
+    conversation = store.create("First chat")
+    store.add_message(conversation, "user", "Say hello")
+    store.add_message(conversation, "assistant", "Hello there<b>", pieces=PIECES, stats=STATS)
+
+    messages = store.messages(conversation)
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[0]["pieces"] is None and messages[0]["stats"] is None
+    assert messages[1]["pieces"] == PIECES
+    assert messages[1]["stats"] == STATS
+    assert messages[1]["created_at"]
+    assert store.conversation(conversation)["title"] == "First chat"
+
+
+def test_conversations_most_recent_first(store):
+    older = store.create("older")
+    newer = store.create("newer")
+    assert [c["id"] for c in store.conversations()] == [newer, older]
+    store.add_message(older, "user", "back to this one")
+    assert store.conversations()[0]["id"] == older
+
+
+def test_rename_cleans_the_title(store):
+    conversation = store.create()
+    assert store.conversation(conversation)["title"] == DEFAULT_TITLE
+    store.rename(conversation, "  a   new\nname ")
+    assert store.conversation(conversation)["title"] == "a new name"
+    store.rename(conversation, "   ")
+    assert store.conversation(conversation)["title"] == DEFAULT_TITLE
+
+
+def test_delete_removes_messages_too(store):
+    kept, deleted = store.create("kept"), store.create("deleted")
+    store.add_message(kept, "user", "stay")
+    store.add_message(deleted, "user", "go")
+    store.delete(deleted)
+    assert [c["id"] for c in store.conversations()] == [kept]
+    assert store.conversation(deleted) is None
+    with sqlite3.connect(store.path) as db:
+        assert db.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 1
+
+
+def test_export_json_holds_everything(store):
+    conversation = store.create("export me")
+    store.add_message(conversation, "user", "Say hello")
+    store.add_message(conversation, "assistant", "Hel", pieces=[["Hel", "standard"]], stats=STATS,
+                      note="the server stopped answering; partial text kept")
+    exported = json.loads(store.export_json(conversation))
+    assert exported["title"] == "export me"
+    assert exported["messages"][1]["stats"] == STATS
+    assert exported["messages"][1]["note"].startswith("the server stopped")
+
+
+def test_export_markdown(store):
+    conversation = store.create("Greetings")
+    store.add_message(conversation, "user", "Say hello")
+    store.add_message(conversation, "assistant", "Hello there", stats=STATS, note="cut short")
+    markdown = store.export_markdown(conversation)
+    assert markdown.startswith("# Greetings")
+    assert "## User\n\nSay hello" in markdown
+    assert "## Assistant\n\nHello there" in markdown
+    assert "> cut short" in markdown
+    assert stats_summary(STATS) in markdown
+
+
+def test_export_of_a_missing_conversation_says_so(store):
+    with pytest.raises(KeyError):
+        store.export_markdown(12345)
+
+
+def test_reopening_the_file_keeps_everything(tmp_path):
+    path = tmp_path / "conversations.sqlite3"
+    first = ConversationStore(path)
+    conversation = first.create("persisted")
+    first.add_message(conversation, "assistant", "kept", pieces=PIECES, stats=STATS)
+    first.set_baseline("http://127.0.0.1:1", "smollm2:135m", 42.0, "last standard answer")
+
+    reopened = ConversationStore(path)  # a restart: a new object over the same file
+    assert reopened.conversations()[0]["title"] == "persisted"
+    assert reopened.messages(conversation)[0]["stats"] == STATS
+    assert reopened.baseline("http://127.0.0.1:1", "smollm2:135m")["tokens_per_second"] == 42.0
+
+
+def test_baseline_is_per_server_and_target_and_replaced(store):
+    assert store.baseline("http://a", "m") is None
+    store.set_baseline("http://a", "m", 10.0, "first")
+    store.set_baseline("http://a", "m", 12.0, "second")
+    store.set_baseline("http://b", "m", 99.0, "other server")
+    baseline = store.baseline("http://a", "m")
+    assert (baseline["tokens_per_second"], baseline["how"]) == (12.0, "second")
+    assert baseline["measured_at"]
+
+
+def test_usable_from_several_threads(store):
+    """Streamlit runs scripts on their own threads: one store object must work from all of them."""
+    conversation = store.create()
+    errors: list[Exception] = []
+
+    def write(index: int) -> None:
+        try:
+            store.add_message(conversation, "user", f"message {index}")
+        except Exception as error:  # noqa: BLE001 - collected and asserted below
+            errors.append(error)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert len(store.messages(conversation)) == 8
+
+
+def test_stats_summary():
+    assert stats_summary(STATS) == "speculative (lookup): 12 tokens, 30.5 tokens/s, 60% of drafted tokens accepted"
+    assert stats_summary({"mode": "standard", "output_tokens": 3, "tokens_per_second": 1.0}) == (
+        "standard: 3 tokens, 1.0 tokens/s"
+    )

@@ -1,0 +1,184 @@
+"""Conversations, their messages with per-answer stats, and speed baselines, in one SQLite file.
+
+Streamlit reruns the page script on every interaction, possibly on another thread, so the store
+opens a short-lived connection per call instead of holding one: nothing is shared between threads
+and every write is committed before the call returns, so a reload or a restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    title TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    pieces TEXT,          -- JSON [[text, origin], ...] as the engine emitted them
+    stats TEXT,           -- JSON of utils.stats.AnswerStats
+    note TEXT,            -- e.g. why an answer stopped early
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
+CREATE TABLE IF NOT EXISTS baselines (
+    server TEXT NOT NULL,
+    target TEXT NOT NULL,
+    tokens_per_second REAL NOT NULL,
+    how TEXT NOT NULL,    -- how it was measured, shown next to every speed-up
+    measured_at TEXT NOT NULL,
+    PRIMARY KEY (server, target)
+);
+"""
+
+DEFAULT_TITLE = "New conversation"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")  # fixed width: sorts as text
+
+
+class ConversationStore:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._connect() as db:
+            db.executescript(SCHEMA)
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """One connection for one call, committed (or rolled back) and closed at the end."""
+        with closing(sqlite3.connect(self.path, timeout=10)) as db:
+            db.row_factory = sqlite3.Row
+            db.execute("PRAGMA foreign_keys = ON")
+            with db:
+                yield db
+
+    # -- conversations ---------------------------------------------------------------------------
+
+    def create(self, title: str = DEFAULT_TITLE) -> int:
+        stamp = now()
+        with self._connect() as db:
+            cursor = db.execute(
+                "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
+                (_clean_title(title), stamp, stamp),
+            )
+            return int(cursor.lastrowid)
+
+    def conversations(self) -> list[dict[str, Any]]:
+        """Every conversation, the most recently active first."""
+        with self._connect() as db:
+            rows = db.execute("SELECT * FROM conversations ORDER BY updated_at DESC, id DESC").fetchall()
+        return [dict(row) for row in rows]
+
+    def conversation(self, conversation_id: int) -> dict[str, Any] | None:
+        with self._connect() as db:
+            row = db.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+        return dict(row) if row else None
+
+    def rename(self, conversation_id: int, title: str) -> None:
+        with self._connect() as db:
+            db.execute("UPDATE conversations SET title = ? WHERE id = ?", (_clean_title(title), conversation_id))
+
+    def delete(self, conversation_id: int) -> None:
+        with self._connect() as db:
+            db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,))
+
+    # -- messages --------------------------------------------------------------------------------
+
+    def add_message(self, conversation_id: int, role: str, content: str, *, pieces: list | None = None,
+                    stats: dict[str, Any] | None = None, note: str | None = None) -> int:
+        stamp = now()
+        with self._connect() as db:
+            cursor = db.execute(
+                "INSERT INTO messages (conversation_id, role, content, pieces, stats, note, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, _dump(pieces), _dump(stats), note, stamp),
+            )
+            db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (stamp, conversation_id))
+            return int(cursor.lastrowid)
+
+    def messages(self, conversation_id: int) -> list[dict[str, Any]]:
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
+            ).fetchall()
+        return [
+            {**dict(row), "pieces": _load(row["pieces"]), "stats": _load(row["stats"])}
+            for row in rows
+        ]
+
+    # -- baselines -------------------------------------------------------------------------------
+
+    def set_baseline(self, server: str, target: str, tokens_per_second: float, how: str) -> None:
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO baselines (server, target, tokens_per_second, how, measured_at)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (server, target, tokens_per_second, how, now()),
+            )
+
+    def baseline(self, server: str, target: str) -> dict[str, Any] | None:
+        """The last standard speed measured for this server and target, or None if never measured."""
+        with self._connect() as db:
+            row = db.execute(
+                "SELECT * FROM baselines WHERE server = ? AND target = ?", (server, target)
+            ).fetchone()
+        return dict(row) if row else None
+
+    # -- export ----------------------------------------------------------------------------------
+
+    def export_json(self, conversation_id: int) -> str:
+        conversation = self.conversation(conversation_id)
+        if conversation is None:
+            raise KeyError(f"no conversation {conversation_id}")
+        return json.dumps({**conversation, "messages": self.messages(conversation_id)}, indent=2,
+                          ensure_ascii=False)
+
+    def export_markdown(self, conversation_id: int) -> str:
+        conversation = self.conversation(conversation_id)
+        if conversation is None:
+            raise KeyError(f"no conversation {conversation_id}")
+        lines = [f"# {conversation['title']}", "", f"_Started {conversation['created_at']}_", ""]
+        for message in self.messages(conversation_id):
+            lines += [f"## {message['role'].capitalize()}", "", message["content"], ""]
+            if message["note"]:
+                lines += [f"> {message['note']}", ""]
+            if stats := message["stats"]:
+                lines += [f"_{stats_summary(stats)}_", ""]
+        return "\n".join(lines)
+
+
+def stats_summary(stats: dict[str, Any]) -> str:
+    """One line about an answer, e.g. 'speculative (lookup): 24 tokens, 31.0 tokens/s, 60% accepted'."""
+    mode = stats.get("mode", "?")
+    if stats.get("drafter"):
+        mode += f" ({stats['drafter']})"
+    text = f"{mode}: {stats.get('output_tokens', 0)} tokens, {stats.get('tokens_per_second', 0.0):.1f} tokens/s"
+    if stats.get("drafted_tokens"):
+        text += f", {stats['acceptance_rate']:.0%} of drafted tokens accepted"
+    return text
+
+
+def _clean_title(title: str) -> str:
+    return " ".join(title.split())[:80] or DEFAULT_TITLE
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False)
+
+
+def _load(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
