@@ -11,7 +11,7 @@ from config import get_settings
 def cmd_serve(args: argparse.Namespace) -> int:
     from utils.embedded.server import serve
 
-    serve(args.host, args.port or get_settings().embedded_port, get_settings())
+    serve(args.host, args.port or get_settings().embedded_port, get_settings(), batch=not args.no_batch)
     return 0
 
 
@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the embedded Ollama-compatible server")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=None)
+    serve.add_argument("--no-batch", action="store_true",
+                       help="evaluate requests one at a time, as Ollama does with OLLAMA_NUM_PARALLEL=1")
     serve.set_defaults(run=cmd_serve)
 
     models = commands.add_parser("models", help="list or install the bundled models")

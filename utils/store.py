@@ -30,6 +30,7 @@ CREATE TABLE IF NOT EXISTS messages (
     pieces TEXT,          -- JSON [[text, origin], ...] as the engine emitted them
     stats TEXT,           -- JSON of utils.stats.AnswerStats
     note TEXT,            -- e.g. why an answer stopped early
+    baseline TEXT,        -- JSON of the standard baseline its speed-up was measured against
     created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
@@ -99,13 +100,14 @@ class ConversationStore:
     # -- messages --------------------------------------------------------------------------------
 
     def add_message(self, conversation_id: int, role: str, content: str, *, pieces: list | None = None,
-                    stats: dict[str, Any] | None = None, note: str | None = None) -> int:
+                    stats: dict[str, Any] | None = None, note: str | None = None,
+                    baseline: dict[str, Any] | None = None) -> int:
         stamp = now()
         with self._connect() as db:
             cursor = db.execute(
-                "INSERT INTO messages (conversation_id, role, content, pieces, stats, note, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, content, _dump(pieces), _dump(stats), note, stamp),
+                "INSERT INTO messages (conversation_id, role, content, pieces, stats, note, baseline, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, _dump(pieces), _dump(stats), note, _dump(baseline), stamp),
             )
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (stamp, conversation_id))
             return int(cursor.lastrowid)
@@ -116,7 +118,8 @@ class ConversationStore:
                 "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
             ).fetchall()
         return [
-            {**dict(row), "pieces": _load(row["pieces"]), "stats": _load(row["stats"])}
+            {**dict(row), "pieces": _load(row["pieces"]), "stats": _load(row["stats"]),
+             "baseline": _load(row["baseline"])}
             for row in rows
         ]
 

@@ -104,8 +104,8 @@ class ShowBody(BaseModel):
 class Models:
     """Loaded runners by name; a request with another num_ctx reloads the model, as Ollama does."""
 
-    def __init__(self, store: ModelStore, threads: int):
-        self.store, self.threads = store, threads
+    def __init__(self, store: ModelStore, threads: int, batch: bool):
+        self.store, self.threads, self.batch = store, threads, batch
         self.runners: dict[str, ModelRunner] = {}
         self.lock = asyncio.Lock()
 
@@ -129,7 +129,7 @@ class Models:
                 await asyncio.to_thread(runner.close)
             try:
                 runner = await asyncio.to_thread(
-                    ModelRunner, spec.name, self.store.path(spec.name), wanted, self.threads
+                    ModelRunner, spec.name, self.store.path(spec.name), wanted, self.threads, self.batch
                 )
             except Exception as error:  # noqa: BLE001 - a corrupt file must be a message, not a crash
                 self.runners.pop(spec.name, None)
@@ -182,9 +182,9 @@ def _logprobs_of(info: TokenInfo) -> list[dict[str, Any]]:
     return [entry]
 
 
-def create_app(store: ModelStore, threads: int = 2) -> FastAPI:
+def create_app(store: ModelStore, threads: int = 2, batch: bool = True) -> FastAPI:
     app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION)
-    models = Models(store, threads)
+    models = Models(store, threads, batch)
     app.state.models = models
 
     @app.on_event("shutdown")
@@ -216,7 +216,7 @@ def create_app(store: ModelStore, threads: int = 2) -> FastAPI:
 
     @app.get("/api/version")
     async def version() -> dict[str, Any]:
-        return {"version": OLLAMA_VERSION, "embedded": True}
+        return {"version": OLLAMA_VERSION, "embedded": True, "batches_nested_requests": models.batch}
 
     @app.get("/api/tags")
     async def tags() -> dict[str, Any]:

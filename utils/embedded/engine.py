@@ -74,10 +74,11 @@ class Job:
 class ModelRunner:
     """A loaded model, its KV cache and the thread that owns both."""
 
-    def __init__(self, name: str, path: Path, num_ctx: int, threads: int):
+    def __init__(self, name: str, path: Path, num_ctx: int, threads: int, batch: bool = True):
         from llama_cpp import Llama, llama_cpp
 
         self.name, self.path, self.num_ctx = name, path, num_ctx
+        self.batch = batch  # False: one request per evaluation, like Ollama with OLLAMA_NUM_PARALLEL=1
         self.llama = Llama(
             model_path=str(path), n_ctx=num_ctx, n_batch=512, n_threads=threads,
             n_threads_batch=threads, logits_all=False, verbose=False,
@@ -159,7 +160,7 @@ class ModelRunner:
             if job is None:
                 return
             burst = [job]
-            cap = time.monotonic() + (BURST_MAX_SECONDS if job.num_predict == 1 else 0.0)
+            cap = time.monotonic() + (BURST_MAX_SECONDS if job.num_predict == 1 and self.batch else 0.0)
             while (wait := min(BURST_GAP_SECONDS, cap - time.monotonic())) > 0:
                 try:
                     more = self.jobs.get(timeout=wait)

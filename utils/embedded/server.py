@@ -18,7 +18,7 @@ from utils.embedded.models import ModelStore
 CLI = Path(__file__).resolve().parents[2] / "cli.py"
 
 
-def serve(host: str, port: int, settings: Settings) -> None:
+def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
     import uvicorn
 
     from utils.embedded.api import create_app
@@ -29,7 +29,7 @@ def serve(host: str, port: int, settings: Settings) -> None:
             "and read their answers; the API has no authentication",
             file=sys.stderr,
         )
-    app = create_app(ModelStore(settings.models_dir), threads=os.cpu_count() or 2)
+    app = create_app(ModelStore(settings.models_dir), threads=os.cpu_count() or 2, batch=batch)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
 
 
@@ -42,16 +42,18 @@ def free_port() -> int:
 class EmbeddedServer:
     """`python cli.py serve` on 127.0.0.1 as a child process; `stop()` ends it by its pid."""
 
-    def __init__(self, port: int | None = None, log_path: Path | None = None):
+    def __init__(self, port: int | None = None, log_path: Path | None = None, batch: bool = True):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        self.batch = batch
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> str:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
-            [sys.executable, str(CLI), "serve", "--host", "127.0.0.1", "--port", str(self.port)],
+            [sys.executable, str(CLI), "serve", "--host", "127.0.0.1", "--port", str(self.port)]
+            + ([] if self.batch else ["--no-batch"]),
             stdout=log, stderr=log, start_new_session=True,
         )
         deadline = time.monotonic() + timeout

@@ -1,0 +1,190 @@
+"""The speculative engine on the real embedded server and real models."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from config import Settings
+from tests.conftest import DRAFT, SMALL, TARGET
+from utils.answer import collect
+from utils.client import OllamaServer
+from utils.embedded.server import EmbeddedServer
+from utils.pairs import build_decoder
+from utils.sampling import SamplingOptions, text_distribution
+from utils.speculative import DoneEvent, FallbackEvent, GenerationRequest, RoundEvent, TextEvent
+
+PROMPTS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" / "bench.jsonl").open()]
+# 32 varied prompts: the first 8 of each category (code, editing code, summarising, open chat).
+EQUALITY_PROMPTS = [p for c in ("code", "edit", "summarize", "chat") for p in [q for q in PROMPTS if q["category"] == c][:8]]
+EQUALITY_TOKENS = 32
+
+
+def settings(**update) -> Settings:
+    return Settings(**{"k_max": 8, "p_min": 0.2, **update})
+
+
+async def answer(server_url: str, target: str, drafter: str, request: GenerationRequest, **update) -> dict:
+    server = OllamaServer(server_url)
+    try:
+        decoder = await build_decoder(settings(**update), server, target, drafter)
+        return await collect(decoder, request)
+    finally:
+        await server.aclose()
+
+
+# -- greedy: identical to standard generation ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "target, drafter",
+    [(TARGET, DRAFT), ("qwen2.5-coder:0.5b", SMALL), ("qwen2.5-coder:0.5b", "lookup")],
+    ids=["qwen-pair", "smollm2-cross-tokenizer", "prompt-lookup"],
+)
+async def test_greedy_speculative_equals_standard(server_url, target, drafter):
+    drafted = accepted = 0
+    for prompt in EQUALITY_PROMPTS:
+        request = GenerationRequest(prompt=prompt["prompt"], max_tokens=EQUALITY_TOKENS, k=4)
+        standard = await answer(server_url, target, "none", request)
+        speculative = await answer(server_url, target, drafter, request)
+        assert speculative["text"] == standard["text"], prompt["id"]
+        assert "".join(text for text, _ in speculative["pieces"]) == speculative["text"]
+        drafted += speculative["stats"]["drafted_tokens"]
+        accepted += speculative["stats"]["accepted_tokens"]
+    assert drafted > 0 and accepted > 0  # speculation really ran, and the drafts were used
+
+
+async def test_standard_path_equals_ollama_chat(server_url, client):
+    """The engine's standard mode (a raw prompt rendered by the server) is what /api/chat writes."""
+    for prompt in EQUALITY_PROMPTS[::8]:
+        request = GenerationRequest(prompt=prompt["prompt"], max_tokens=24)
+        ours = await answer(server_url, "qwen2.5-coder:0.5b", "none", request)
+        theirs = await client.chat(model="qwen2.5-coder:0.5b", messages=[{"role": "user", "content": prompt["prompt"]}],
+                                   options={"temperature": 0, "num_predict": 24, "num_ctx": 4096})
+        assert ours["text"] == theirs.message.content
+
+
+async def test_stop_strings_and_token_limit_match_standard(server_url):
+    request = GenerationRequest(prompt=EQUALITY_PROMPTS[0]["prompt"], max_tokens=60, k=4, stop=["\n\n", "return"])
+    standard = await answer(server_url, "qwen2.5-coder:0.5b", "none", request)
+    speculative = await answer(server_url, "qwen2.5-coder:0.5b", SMALL, request)
+    assert speculative["text"] == standard["text"]
+    assert "return" not in speculative["text"] and "\n\n" not in speculative["text"]
+    assert speculative["stats"]["done_reason"] == standard["stats"]["done_reason"] == "stop"
+
+
+# -- sampling: the target's distribution, exactly -----------------------------------------------------
+
+CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
+
+
+async def first_token_distribution(server_url: str, model: str, prompt: str, options: SamplingOptions) -> dict[str, float]:
+    """The exact distribution of the target's first sampled token, from its top-20 log-probabilities."""
+    server = OllamaServer(server_url)
+    try:
+        step = await server.next_token(model, prompt, {"temperature": 0, "num_ctx": 4096}, 20)
+    finally:
+        await server.aclose()
+    return text_distribution(step.token.top, options)
+
+
+@pytest.mark.parametrize(
+    "target, drafter, method",
+    [("qwen2.5-coder:0.5b", SMALL, "sample-match"), (TARGET, DRAFT, "rejection")],
+)
+async def test_sampling_keeps_the_target_distribution(server_url, target, drafter, method):
+    prompt = "<|im_start|>user\nName one colour.<|im_end|>\n<|im_start|>assistant\nOne colour is"
+    options = SamplingOptions(temperature=1.0, top_k=5, top_p=1.0)
+    expected = await first_token_distribution(server_url, target, prompt, options)
+    runs = 240
+    seen: Counter[str] = Counter()
+    methods = set()
+    server = OllamaServer(server_url)
+    try:
+        decoder = await build_decoder(settings(p_min=0.0), server, target, drafter)
+        for seed in range(runs):
+            request = GenerationRequest(prompt=prompt, raw=True, max_tokens=3, temperature=1.0, top_k=5, top_p=1.0,
+                                        seed=seed, k=2)
+            result = await collect(decoder, request)
+            seen[result["pieces"][0][0] if result["pieces"] else ""] += 1
+            methods.add(result["stats"]["method"])
+    finally:
+        await server.aclose()
+    assert methods == {method}
+    # Chi-square goodness of fit, pooling rare outcomes so each expected count is at least 5.
+    common = [t for t, p in expected.items() if p * runs >= 5]
+    observed = [seen[t] for t in common] + [runs - sum(seen[t] for t in common)]
+    wanted = [expected[t] * runs for t in common] + [runs * (1 - sum(expected[t] for t in common))]
+    cells = [(o, e) for o, e in zip(observed, wanted) if e > 0.5]
+    chi2 = sum((o - e) ** 2 / e for o, e in cells)
+    assert sum(seen[t] for t in seen if t not in expected) == 0, seen  # nothing the target cannot sample
+    assert chi2 < CHI2_CRITICAL_001[len(cells) - 1], (chi2, seen, expected)
+
+
+# -- faults and adaptation -------------------------------------------------------------------------
+
+
+async def test_draft_server_killed_mid_answer_gives_the_standard_answer(server_url, tmp_path):
+    prompt = EQUALITY_PROMPTS[0]["prompt"]
+    request = GenerationRequest(prompt=prompt, max_tokens=64, k=3)
+    standard = await answer(server_url, "qwen2.5-coder:0.5b", "none", request)
+    draft_server = EmbeddedServer(log_path=tmp_path / "draft.log")
+    draft_url = draft_server.start()
+    target, draft = OllamaServer(server_url), OllamaServer(draft_url, timeout=5)
+    pieces, fallbacks, killed_at = [], [], None
+    try:
+        decoder = await build_decoder(settings(draft_timeout=5), target, "qwen2.5-coder:0.5b", SMALL, draft)
+        async for event in decoder.stream(request):
+            if isinstance(event, RoundEvent) and event.record.drafted and killed_at is None:
+                draft_server.process.kill()  # SIGKILL: no goodbye to open connections
+                draft_server.process.wait()
+                killed_at = len(pieces)
+            elif isinstance(event, TextEvent):
+                pieces.append(event.text)
+            elif isinstance(event, FallbackEvent):
+                fallbacks.append(event.reason)
+            elif isinstance(event, DoneEvent):
+                done = event
+    finally:
+        draft_server.stop()
+        await target.aclose()
+        await draft.aclose()
+    assert killed_at is not None and killed_at < len(pieces)
+    assert done.text == "".join(pieces) == standard["text"]
+    assert len(fallbacks) == 1 and SMALL in fallbacks[0]
+    assert done.stats.fallbacks and done.stats.standard_tokens > 0
+
+
+async def test_draft_length_falls_to_zero_when_requests_are_serialised(tmp_path):
+    """On a server that evaluates one request at a time (Ollama with OLLAMA_NUM_PARALLEL=1),
+    verifying K tokens costs K+1 target steps: speculation cannot pay and K must drop to 0."""
+    with EmbeddedServer(log_path=tmp_path / "serial.log", batch=False) as serial:
+        result = await answer(serial.url, "qwen2.5-coder:0.5b", SMALL,
+                              GenerationRequest(prompt=EQUALITY_PROMPTS[20]["prompt"], max_tokens=160))
+    history = result["stats"]["k_history"]
+    assert history[0] == 0  # standard speed is measured first
+    assert any(k > 0 for k in history)  # speculation was tried ...
+    assert history[-3:] == [0, 0, 0] or result["stats"]["standard_tokens"] > 0.7 * result["stats"]["output_tokens"]
+    assert result["stats"]["standard_tokens"] > 0.6 * result["stats"]["output_tokens"]
+
+
+async def test_stats_add_up(server_url):
+    result = await answer(server_url, TARGET, DRAFT, GenerationRequest(prompt=EQUALITY_PROMPTS[1]["prompt"],
+                                                                       max_tokens=64, k=4))
+    stats = result["stats"]
+    emitted = stats["accepted_tokens"] + stats["correction_tokens"] + stats["bonus_tokens"] + stats["standard_tokens"]
+    assert stats["output_tokens"] == 64 == sum(r["emitted"] for r in stats["rounds"])
+    assert emitted >= stats["output_tokens"]  # a round cut short by the token limit emits fewer than it made
+    assert sum(stats["acceptance_histogram"]) == stats["drafts"] > 0
+    assert stats["k_history"] == [r["k"] for r in stats["rounds"]]
+    assert math.isclose(stats["acceptance_rate"], stats["accepted_tokens"] / stats["drafted_tokens"])
+    assert math.isclose(stats["mean_acceptance_length"], 1 + stats["accepted_tokens"] / stats["drafts"])
+    assert len(stats["per_position_acceptance"]) == max(r["drafted"] for r in stats["rounds"])
+    assert all(0 <= a <= 1 for a in stats["per_position_acceptance"])
+    assert {origin for _, origin in result["pieces"]} <= {"draft", "correction", "bonus", "standard"}
+    assert sum(1 for _, o in result["pieces"] if o == "draft") <= stats["accepted_tokens"]
+    assert 0 < stats["time_to_first_token_s"] < stats["total_seconds"]

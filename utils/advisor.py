@@ -1,0 +1,152 @@
+"""Measurements that tell a user what to pick: which draft pays for a target, and whether the server
+verifies draft positions in parallel.
+
+Both measure instead of guessing: acceptance and speed depend on the pair, the prompts, the
+hardware and the server's settings, none of which can be read from the model names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from config import Settings
+from utils.answer import collect
+from utils.client import OllamaServer, ServerError
+from utils.pairs import LOOKUP, NONE, build_decoder, tokenizer_relation
+from utils.speculative import GenerationError, GenerationRequest
+
+# Short, everyday prompts of the kinds people ask: code, explanation, a list.
+ADVISOR_PROMPTS = (
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Explain in two sentences what a hash table is.",
+    "List three common uses of the grep command.",
+)
+ADVISOR_MAX_TOKENS = 48
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class Measurement:
+    drafter: str  # "none" for standard generation
+    relation: str = ""  # "same" | "cross" | "lookup" | "standard" | "unusable"
+    tokens_per_second: float = 0.0
+    output_tokens: int = 0
+    acceptance_rate: float | None = None
+    mean_acceptance_length: float | None = None
+    identical: bool | None = None  # every text equal to standard greedy's (it should be)
+    error: str | None = None
+
+
+@dataclass
+class Advice:
+    target: str
+    standard: Measurement
+    candidates: list[Measurement] = field(default_factory=list)
+    recommended: str = NONE
+    reason: str = ""
+
+
+async def measure(settings: Settings, server: OllamaServer, target: str, drafter: str,
+                  prompts: tuple[str, ...], max_tokens: int) -> tuple[Measurement, list[str]]:
+    """Tokens/s and acceptance of one (target, drafter) pair over `prompts`, greedy, after a warm-up."""
+    result = Measurement(drafter)
+    try:
+        decoder = await build_decoder(settings, server, target, drafter)
+        # Warm-up: loads the models, so that loading is not counted as generation time.
+        await collect(decoder, GenerationRequest(prompt=prompts[0], max_tokens=4))
+        texts, seconds, drafted, accepted, drafts = [], 0.0, 0, 0, 0
+        for prompt in prompts:
+            answer = await collect(decoder, GenerationRequest(prompt=prompt, max_tokens=max_tokens))
+            stats = answer["stats"]
+            texts.append(answer["text"])
+            result.output_tokens += stats["output_tokens"]
+            seconds += stats["total_seconds"]
+            drafted += stats["drafted_tokens"]
+            accepted += stats["accepted_tokens"]
+            drafts += stats["drafts"]
+    except (ServerError, GenerationError) as error:
+        result.error = error.message
+        return result, []
+    result.tokens_per_second = result.output_tokens / seconds if seconds > 0 else 0.0
+    if drafted:
+        result.acceptance_rate = accepted / drafted
+        result.mean_acceptance_length = 1 + accepted / drafts
+    return result, texts
+
+
+async def advise(settings: Settings, server: OllamaServer, target: str, drafters: list[str], *,
+                 prompts: tuple[str, ...] = ADVISOR_PROMPTS, max_tokens: int = ADVISOR_MAX_TOKENS,
+                 progress: Progress | None = None) -> Advice:
+    """Measure standard generation and each drafter; recommend the fastest drafter that beats
+    standard, else "none"."""
+    total = len(drafters) + 1
+    report = progress or (lambda done, total, label: None)
+    report(0, total, f"standard generation of {target}")
+    standard, standard_texts = await measure(settings, server, target, NONE, prompts, max_tokens)
+    standard.relation = "standard"
+    if standard.error:
+        return Advice(target, standard, reason=f"standard generation failed: {standard.error}")
+    advice = Advice(target, standard)
+    for done, drafter in enumerate(drafters, start=1):
+        report(done, total, f"drafting with {drafter}")
+        relation = LOOKUP
+        if drafter != LOOKUP:
+            try:
+                relation = await tokenizer_relation(server, target, server, drafter)
+            except ServerError as error:
+                advice.candidates.append(Measurement(drafter, "unusable", error=error.message))
+                continue
+        if relation == "unusable":
+            advice.candidates.append(Measurement(drafter, relation, error=f"{drafter} cannot draft for {target}"))
+            continue
+        candidate, texts = await measure(settings, server, target, drafter, prompts, max_tokens)
+        candidate.relation = relation
+        if not candidate.error:
+            candidate.identical = texts == standard_texts
+        advice.candidates.append(candidate)
+    report(total, total, "done")
+    advice.recommended, advice.reason = _recommend(standard, advice.candidates)
+    return advice
+
+
+def _recommend(standard: Measurement, candidates: list[Measurement]) -> tuple[str, str]:
+    faster = [c for c in candidates if not c.error and c.tokens_per_second > standard.tokens_per_second]
+    if not faster:
+        return NONE, (f"no draft beat standard generation ({standard.tokens_per_second:.1f} tokens/s) on these "
+                      "prompts: keep speculation off for this target")
+    best = max(faster, key=lambda c: c.tokens_per_second)
+    return best.drafter, (f"{best.drafter}: {best.tokens_per_second:.1f} tokens/s against "
+                          f"{standard.tokens_per_second:.1f} standard "
+                          f"(×{best.tokens_per_second / standard.tokens_per_second:.2f})")
+
+
+# -- does the server run verification requests in parallel? ---------------------------------------
+
+
+@dataclass
+class ParallelCheck:
+    parallel: bool
+    width: int  # concurrent requests sent, like one verification of K = width - 1
+    single_seconds: float
+    concurrent_seconds: float
+
+
+async def check_parallel(settings: Settings, server: OllamaServer, model: str, width: int = 4) -> ParallelCheck:
+    """Time one one-token request, then `width` at once. A server that runs them in parallel answers
+    the batch in about the time of one; one that queues them (Ollama with OLLAMA_NUM_PARALLEL=1)
+    takes about `width` times as long."""
+    options = {"num_ctx": settings.num_ctx, "temperature": 0}
+    prompt = "The quick brown fox jumps over the lazy dog. " * 4
+    await server.next_token(model, prompt, options)  # loads the model
+    started = time.perf_counter()
+    await server.next_token(model, prompt + "One", options)
+    single = time.perf_counter() - started
+    started = time.perf_counter()
+    await asyncio.gather(*(server.next_token(model, prompt + f"Request {i}", options) for i in range(width)))
+    concurrent = time.perf_counter() - started
+    # Halfway between fully parallel (1x) and fully serial (width x).
+    return ParallelCheck(concurrent < single * (1 + width) / 2, width, single, concurrent)
