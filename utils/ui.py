@@ -552,7 +552,11 @@ def baseline_controls(settings: Settings, url: str, target: str) -> dict[str, An
     """The standard baseline for this server and target in the sidebar, with a button to measure it."""
     conversations = store(settings)
     st.sidebar.divider()
-    st.sidebar.caption(f"Speed-ups are measured against the {baseline_text(conversations.baseline(url, target))}.")
+    baseline = conversations.baseline(url, target)
+    if baseline:
+        st.sidebar.caption(f"Speed-ups are measured against the {baseline_text(baseline)}.")
+    else:
+        st.sidebar.caption("Speed-up: no baseline measured yet. Answer once with speculation off, or measure one:")
     if st.sidebar.button("Measure baseline", help=f"a standard answer of {BASELINE_MAX_TOKENS} tokens to a fixed "
                                                   "prompt, on this server and target"):
         try:

@@ -1,0 +1,64 @@
+"""Benchmarks: run the benchmark suite on chosen models, see its plots and table, browse past runs."""
+
+import importlib.util
+from pathlib import Path
+
+import streamlit as st
+
+from utils import ui
+from utils.pairs import LOOKUP
+
+settings, server, choices = ui.current()
+
+st.title("Benchmarks")
+if importlib.util.find_spec("utils.bench") is None:
+    st.info("The benchmark suite (utils/bench.py) is not part of this installation yet, so benchmarks cannot "
+            "run here. Update the project to a version that includes it; the other pages work without it.")
+    st.stop()
+
+from utils import bench  # noqa: E402 - only once we know it exists
+
+if server is not None and choices is not None:
+    with st.form("benchmark"):
+        prompts_file = st.text_input("Prompt set (JSON lines)", "prompts/bench.jsonl")
+        target = st.selectbox("Target", server.models, index=server.models.index(choices.target))
+        drafters = st.multiselect("Drafters", [LOOKUP, *server.models],
+                                  default=[choices.drafter] if choices.speculative else [LOOKUP])
+        ks = st.multiselect("Draft lengths", ["auto", "2", "4", "6", "8"], default=["auto"])
+        repeat = st.number_input("Repeats", 1, 10, 1)
+        limit = st.number_input("Prompts per category (0: all)", 0, 1000, 0)
+        max_tokens = st.number_input("Max tokens per answer (0: as the prompt set says)", 0, 4096, 0)
+        start = st.form_submit_button("Run benchmark", type="primary")
+    if start:
+        if not (drafters and ks and Path(prompts_file).is_file()):
+            st.error("Pick at least one drafter and one draft length, and a prompt set file that exists.")
+        else:
+            config = bench.BenchConfig(prompts_file=Path(prompts_file), target=target, drafters=drafters, ks=ks,
+                                       repeat=int(repeat), out_dir=settings.data_dir / "bench",
+                                       limit=int(limit) or None, max_tokens=int(max_tokens) or None)
+            bar = st.progress(0.0, text="Starting…")
+            try:
+                folder = bench.run_bench(settings, config, progress=lambda done, total, label: bar.progress(
+                    done / total if total else 1.0, text=f"{done}/{total} {label}"))
+                st.session_state.bench_run = str(folder)
+                st.success(f"Benchmark saved in {folder}.")
+            except Exception as error:  # noqa: BLE001 - a failed run must be a message, with what to do
+                st.error(f"The benchmark stopped: {ui.explain(error, settings)}")
+else:
+    st.info("Running a benchmark needs a server with models (see the sidebar); past runs are listed below.")
+
+runs = bench.past_runs(settings)
+if not runs:
+    st.caption("No benchmark runs yet.")
+    st.stop()
+names = [str(path) for path in runs]
+shown = st.session_state.get("bench_run")
+chosen = st.selectbox("Run", names, index=names.index(shown) if shown in names else 0,
+                      format_func=lambda path: Path(path).name)
+run = bench.load_run(Path(chosen))
+for name, figure in bench.figures(run).items():
+    st.plotly_chart(figure, key=f"bench-{name}")
+st.dataframe(run["summary"], hide_index=True)
+with st.expander("Report"):
+    st.markdown(run["report_md"])
+st.download_button("Download the report (Markdown)", run["report_md"], f"{Path(chosen).name}.md", "text/markdown")

@@ -1,0 +1,46 @@
+"""Models: what is installed, installing bundled models, and which draft pays for a target."""
+
+import streamlit as st
+
+from utils import ui
+from utils.advisor import ADVISOR_MAX_TOKENS, ADVISOR_PROMPTS
+from utils.pairs import LOOKUP
+
+settings, server, choices = ui.current()
+
+st.title("Models")
+if settings.ollama_host:
+    st.caption(f"Models of the Ollama server at OLLAMA_HOST ({settings.ollama_host}); add models with "
+               "`ollama pull`.")
+    try:
+        st.dataframe(ui.server_models(settings, ui.server_url(settings)), hide_index=True)
+    except Exception as error:  # noqa: BLE001 - HostError or ServerError: say what to do
+        st.error(ui.explain(error, settings))
+else:
+    st.caption(f"Bundled models of the embedded server, stored in {settings.models_dir}.")
+    bundled = ui.bundled_models(settings)
+    st.dataframe(bundled, hide_index=True)
+    missing = [row["model"] for row in bundled if not row["installed"]]
+    if missing:
+        to_install = st.multiselect("Install", missing, key="to_install")
+        if st.button("Install selected models", disabled=not to_install):
+            ui.install_models(settings, to_install)
+
+st.header("Pair advisor")
+if server is None or choices is None:
+    st.info("The advisor needs a server with models: see the sidebar.")
+    st.stop()
+st.caption(f"Measures standard generation of the target and each candidate draft on {len(ADVISOR_PROMPTS)} short "
+           f"prompts (greedy, {ADVISOR_MAX_TOKENS} tokens each), then recommends the fastest draft that beats "
+           "standard generation, or none.")
+target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="advisor_target")
+candidates = [LOOKUP] + [model for model in server.models if model != target]
+drafters = st.multiselect("Candidate drafts", candidates, default=candidates, key="advisor_drafters")
+if st.button("Measure and recommend", type="primary", disabled=not drafters):
+    st.session_state.advice = ui.run_advisor(settings, server.url, target, drafters)
+if advice := st.session_state.get("advice"):
+    st.dataframe(ui.advice_table(advice), hide_index=True)
+    if advice.recommended == "none":
+        st.info(f"Recommendation for {advice.target}: no speculation. {advice.reason}.")
+    else:
+        st.success(f"Recommendation for {advice.target}: draft with {advice.recommended}. {advice.reason}.")

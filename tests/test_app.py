@@ -1,0 +1,194 @@
+"""The Streamlit app, page by page, on the real embedded server (streamlit.testing.v1.AppTest).
+
+Every test opens the app with OLLAMA_HOST pointing at the test session's server, a fresh data folder,
+and the smallest model as target, with short answers to keep the suite quick on two cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import streamlit.testing.v1.app_test as app_test
+from streamlit.runtime.pages_manager import PagesManager
+from streamlit.testing.v1 import AppTest
+
+import config
+from tests.conftest import SMALL
+from utils.store import ConversationStore
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN_TIMEOUT = 240  # seconds for one script run; answers are short but the CPU is shared
+MAX_TOKENS = 16
+REPEAT_PROMPT = "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog."
+
+
+class NavigationPagesManager(PagesManager):
+    """AppTest forgets before every run that the app uses st.navigation, and because a pages/ folder
+    exists it runs every run after the first as an old-style multipage app: the page file alone,
+    without app.py and its sidebar. Streamlit's server turns that mode off for good at the first
+    st.navigation call; this does the same for AppTest."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        PagesManager.uses_pages_directory = False
+
+
+@pytest.fixture(autouse=True)
+def navigation_app(monkeypatch):
+    monkeypatch.setattr(app_test, "PagesManager", NavigationPagesManager)
+
+
+@pytest.fixture
+def data_dir(server_url, tmp_path, monkeypatch) -> Path:
+    """The app's environment: the test server, a fresh data folder, the small target."""
+    monkeypatch.setenv("OLLAMA_HOST", server_url)
+    monkeypatch.setenv("SPEC_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SPEC_TARGET_MODEL", SMALL)
+    config.get_settings.cache_clear()
+    yield tmp_path / "data"
+    config.get_settings.cache_clear()
+
+
+def open_app(page: str | None = None) -> AppTest:
+    """A new browser session: nothing in st.session_state, everything else from the data folder."""
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=RUN_TIMEOUT).run()
+    assert not at.exception, at.exception
+    if page:
+        at.switch_page(page).run()
+        assert not at.exception, at.exception
+    return at
+
+
+def short_answers(at: AppTest, speculative: bool = True, drafter: str = "lookup", k: int | str = 4) -> None:
+    """Sidebar settings for a quick answer. A fixed K makes the first answer speculate at once; the
+    adaptive controller would first measure standard speed."""
+    at.sidebar.toggle(key="speculative").set_value(speculative).run()
+    if speculative:
+        at.sidebar.selectbox(key="drafter").set_value(drafter)
+        at.sidebar.select_slider(key="draft_length").set_value(k)
+    at.sidebar.number_input(key="max_tokens").set_value(MAX_TOKENS)
+
+
+def answer_texts(at: AppTest) -> list[str]:
+    """The visible text of each assistant message (Markdown, or HTML when highlighting)."""
+    texts = []
+    for message in at.chat_message:
+        if message.name == "assistant":
+            texts.append("".join([m.value for m in message.markdown] + [h.value for h in message.get("html")]))
+    return texts
+
+
+def test_sidebar_shows_the_server_and_the_drafters(data_dir):
+    at = open_app()
+    sidebar_text = " ".join(m.value for m in at.sidebar.markdown) + " ".join(c.value for c in at.sidebar.caption)
+    assert "embedded llama.cpp server" in sidebar_text and "OLLAMA_HOST" in sidebar_text
+    assert "batches the nested verification requests" in sidebar_text
+    assert at.sidebar.selectbox(key="target").value == SMALL
+    labels = at.sidebar.selectbox(key="drafter").options  # as shown: "name — relation"
+    assert "lookup — prompt lookup, no model" in labels
+    # The target cannot draft for itself: listed, but marked unusable.
+    assert f"{SMALL} — unusable" in labels
+    assert "qwen2.5-coder:0.5b — cross-tokenizer" in labels
+
+
+def test_chat_standard_then_speculative_persists_across_reload(data_dir):
+    at = open_app()
+    assert "no baseline measured yet" in " ".join(c.value for c in at.sidebar.caption)
+
+    # A standard answer: it becomes the baseline for this server and target.
+    short_answers(at, speculative=False)
+    at.chat_input[0].set_value(REPEAT_PROMPT).run()
+    assert not at.exception, at.exception
+    assert len(answer_texts(at)) == 1 and answer_texts(at)[0].strip()
+    assert "standard baseline" in " ".join(c.value for c in at.sidebar.caption)
+
+    # A speculative answer: streamed, saved with its stats, a chart and a measured speed-up.
+    short_answers(at, speculative=True)
+    at.chat_input[0].set_value(REPEAT_PROMPT).run()
+    assert not at.exception, at.exception
+    texts = answer_texts(at)
+    assert len(texts) == 2 and texts[1].strip()
+    assert [e.label for e in at.expander].count("Stats") == 2
+    assert at.get("plotly_chart"), "the last answer has its charts"
+    assert any("speed-up ×" in c.value for c in at.caption)
+    assert any(json.loads(j.value)["mode"] == "speculative" for j in at.json)
+
+    # A reload is a new session: the conversation is listed and shown from the database.
+    reloaded = open_app()
+    assert reloaded.selectbox[0].label == "Conversation"
+    assert REPEAT_PROMPT[:40] in reloaded.selectbox[0].format_func(reloaded.selectbox[0].value)
+    assert answer_texts(reloaded) == texts
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    [conversation] = stored.conversations()
+    roles = [m["role"] for m in stored.messages(conversation["id"])]
+    assert roles == ["user", "assistant", "user", "assistant"]
+
+
+def test_chat_rename_delete_and_export(data_dir):
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    first = stored.create("first")
+    stored.add_message(first, "user", "hello")
+    stored.add_message(first, "assistant", "hi <there>", pieces=[["hi", "draft"], [" <there>", "bonus"]])
+    second = stored.create("second")  # the most recent: opened by default
+
+    at = open_app()
+    assert at.selectbox[0].value == second
+    at.selectbox[0].set_value(first).run()
+    assert answer_texts(at) == ['<div style="white-space: pre-wrap; line-height: 1.6"><span style="background-color: '
+                                'rgba(46, 160, 67, 0.28); border-radius: 2px">hi</span> &lt;there&gt;</div>']
+    assert {b.label for b in at.get("download_button")} == {"Export as JSON", "Export as Markdown"}
+
+    at.text_input(key=f"title-{first}").set_value("greetings")
+    at.button(key="rename").click().run()
+    assert stored.conversation(first)["title"] == "greetings"
+
+    at.button(key="delete").click().run()
+    assert not at.exception, at.exception
+    assert [c["id"] for c in stored.conversations()] == [second]
+    assert at.selectbox[0].value == second
+
+
+def test_compare_runs_both_side_by_side(data_dir):
+    at = open_app("pages/compare.py")
+    short_answers(at, speculative=True)
+    at.text_area(key="compare_prompt").set_value(REPEAT_PROMPT)
+    at.button[0].click().run()
+    assert not at.exception, at.exception
+    assert [h.value for h in at.subheader][:2] == ["Standard", "Speculative (lookup)"]
+    columns = at.columns[:2]
+    for column in columns:
+        assert "".join(m.value for m in column.markdown).strip(), "each column shows its answer"
+    verdicts = [s.value for s in at.success] + [w.value for w in at.warning]
+    assert any("identical" in v or "differ" in v for v in verdicts)
+    assert [m.label for m in at.metric][-1] == "Speed-up"
+    assert at.session_state.comparison["order"] == ["standard", "speculative"]
+
+
+def test_models_lists_installed_models_with_sizes(data_dir):
+    at = open_app("pages/models.py")
+    table = at.dataframe[0].value
+    row = table[table["model"] == SMALL].iloc[0]
+    assert row["size (MB)"] > 50
+    assert at.button[0].label == "Measure and recommend"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("utils.bench") is not None, reason="utils/bench.py exists")
+def test_benchmarks_page_says_when_the_suite_is_missing(data_dir):
+    at = open_app("pages/benchmarks.py")
+    assert "not part of this installation" in at.info[0].value
+
+
+@pytest.mark.skipif(importlib.util.find_spec("utils.bench") is None, reason="utils/bench.py not written yet")
+def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
+    at = open_app("pages/benchmarks.py")
+    at.multiselect[0].set_value(["lookup"])
+    at.number_input[1].set_value(1)  # prompts per category
+    at.number_input[2].set_value(8)  # max tokens
+    at.get("form_submit_button")[0].click().run()
+    assert not at.exception, at.exception
+    assert not at.error, [e.value for e in at.error]
+    assert at.get("plotly_chart")
+    assert len(at.dataframe[0].value) >= 1
