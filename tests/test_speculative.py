@@ -134,10 +134,10 @@ async def test_draft_server_killed_mid_answer_gives_the_standard_answer(server_u
     standard = await answer(server_url, "qwen2.5-coder:0.5b", "none", request)
     draft_server = EmbeddedServer(log_path=tmp_path / "draft.log")
     draft_url = draft_server.start()
-    target, draft = OllamaServer(server_url), OllamaServer(draft_url, timeout=5)
+    target, draft = OllamaServer(server_url), OllamaServer(draft_url, timeout=30)
     pieces, fallbacks, killed_at = [], [], None
     try:
-        decoder = await build_decoder(settings(draft_timeout=5), target, "qwen2.5-coder:0.5b", SMALL, draft)
+        decoder = await build_decoder(settings(draft_timeout=30), target, "qwen2.5-coder:0.5b", SMALL, draft)
         async for event in decoder.stream(request):
             if isinstance(event, RoundEvent) and event.record.drafted and killed_at is None:
                 draft_server.process.kill()  # SIGKILL: no goodbye to open connections
