@@ -6,6 +6,7 @@ and the smallest model as target, with short answers to keep the suite quick on 
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 from pathlib import Path
@@ -17,6 +18,9 @@ from streamlit.testing.v1 import AppTest
 
 import config
 from tests.conftest import SMALL
+from utils.advisor import check_parallel
+from utils.client import OllamaServer
+from utils.embedded.server import EmbeddedServer
 from utils.store import ConversationStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,6 +96,42 @@ def test_sidebar_shows_the_server_and_the_drafters(data_dir):
     # The target cannot draft for itself: listed, but marked unusable.
     assert f"{SMALL} — unusable" in labels
     assert "qwen2.5-coder:0.5b — cross-tokenizer" in labels
+
+
+@pytest.fixture(scope="module")
+def serial_server_url(tmp_path_factory) -> str:
+    """An embedded server that evaluates one request at a time, like Ollama with OLLAMA_NUM_PARALLEL=1."""
+    server = EmbeddedServer(log_path=tmp_path_factory.mktemp("serial") / "server.log", batch=False)
+    server.start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+def test_sidebar_on_a_serial_server_says_how_to_fix_it(data_dir, serial_server_url, monkeypatch):
+    monkeypatch.setenv("OLLAMA_HOST", serial_server_url)
+    config.get_settings.cache_clear()
+    at = open_app()
+    [warning] = at.sidebar.warning
+    assert "Parallel verification: no" in warning.value and "restart it without --no-batch" in warning.value
+
+
+def test_parallel_check_measures_both_ways(serial_server_url):
+    """The check Ollama servers get (the embedded one says whether it batches). Its verdict is a
+    timing, too noisy to assert on a shared two-core machine; the measurement itself must work."""
+    settings = config.Settings()
+
+    async def check():
+        server = OllamaServer(serial_server_url)
+        try:
+            return await check_parallel(settings, server, SMALL, width=3, rounds=1)
+        finally:
+            await server.aclose()
+
+    result = asyncio.run(check())
+    assert result.width == 3 and result.sequential_seconds > 0 and result.concurrent_seconds > 0
+    assert result.parallel == (result.concurrent_seconds < 0.6 * result.sequential_seconds)
 
 
 def test_chat_standard_then_speculative_persists_across_reload(data_dir):

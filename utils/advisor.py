@@ -8,6 +8,7 @@ hardware and the server's settings, none of which can be read from the model nam
 from __future__ import annotations
 
 import asyncio
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -130,23 +131,40 @@ def _recommend(standard: Measurement, candidates: list[Measurement]) -> tuple[st
 @dataclass
 class ParallelCheck:
     parallel: bool
-    width: int  # concurrent requests sent, like one verification of K = width - 1
-    single_seconds: float
-    concurrent_seconds: float
+    width: int  # requests per verification, K + 1
+    sequential_seconds: float  # the `width` requests one after another
+    concurrent_seconds: float  # the same kind of requests all at once, as the validator sends them
 
 
-async def check_parallel(settings: Settings, server: OllamaServer, model: str, width: int = 4) -> ParallelCheck:
-    """Time one one-token request, then `width` at once. A server that runs them in parallel answers
-    the batch in about the time of one; one that queues them (Ollama with OLLAMA_NUM_PARALLEL=1)
-    takes about `width` times as long."""
+async def check_parallel(settings: Settings, server: OllamaServer, model: str, width: int = 4,
+                         rounds: int = 3) -> ParallelCheck:
+    """Send `width` one-token requests whose prompts extend one another (one verification of
+    K = width - 1) one after another, then another such set all at once; median of `rounds`. A server
+    that runs them in parallel answers the set in much less time than the sequence; one that queues
+    them (Ollama with OLLAMA_NUM_PARALLEL=1) takes about as long. A timing, so noisy on a busy machine."""
     options = {"num_ctx": settings.num_ctx, "temperature": 0}
-    prompt = "The quick brown fox jumps over the lazy dog. " * 4
-    await server.next_token(model, prompt, options)  # loads the model
-    started = time.perf_counter()
-    await server.next_token(model, prompt + "One", options)
-    single = time.perf_counter() - started
-    started = time.perf_counter()
-    await asyncio.gather(*(server.next_token(model, prompt + f"Request {i}", options) for i in range(width)))
-    concurrent = time.perf_counter() - started
-    # Halfway between fully parallel (1x) and fully serial (width x).
-    return ParallelCheck(concurrent < single * (1 + width) / 2, width, single, concurrent)
+    words = "the quick brown fox jumps over the lazy dog again and again".split()
+
+    def verification(tag: str) -> list[str]:
+        # A prefix of its own per set, so no set reuses what the server cached for another.
+        base = f"{tag}. Copy this sentence: {' '.join(words)}\n"
+        return [base + " ".join(words[:i]) for i in range(width)]
+
+    async def one_by_one(prompts: list[str]) -> None:
+        for prompt in prompts:
+            await server.next_token(model, prompt, options)
+
+    async def all_at_once(prompts: list[str]) -> None:
+        await asyncio.gather(*(server.next_token(model, prompt, options) for prompt in prompts))
+
+    await server.next_token(model, "Hello", options)  # loads the model
+    sequential, concurrent = [], []
+    for round_number in range(rounds):
+        started = time.perf_counter()
+        await one_by_one(verification(f"Set {round_number}a"))
+        sequential.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        await all_at_once(verification(f"Set {round_number}b"))
+        concurrent.append(time.perf_counter() - started)
+    sequential_s, concurrent_s = statistics.median(sequential), statistics.median(concurrent)
+    return ParallelCheck(concurrent_s < 0.6 * sequential_s, width, sequential_s, concurrent_s)

@@ -18,13 +18,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
+import httpx
 import plotly.graph_objects as go
 import streamlit as st
 from plotly.subplots import make_subplots
 
 from config import Settings, get_settings
 from utils.advisor import check_parallel
-from utils.client import LOGPROBS_SINCE, OllamaServer, ServerError
+from utils.client import LOGPROBS_SINCE, OllamaServer, ServerError, parse_version
 from utils.hosts import HostError, target_host
 from utils.pairs import LOOKUP, NONE, build_decoder, tokenizer_relation
 from utils.speculative import (DoneEvent, Event, FallbackEvent, GenerationError, GenerationRequest, RoundEvent,
@@ -107,22 +108,26 @@ def server_url(settings: Settings) -> str:
 @dataclass
 class ServerInfo:
     url: str
+    version: str
     embedded: bool
-    version: tuple[int, ...]
+    batches: bool  # the embedded server says whether it batches nested requests (not with --no-batch)
     models: list[str]
 
     @property
-    def version_text(self) -> str:
-        return ".".join(map(str, self.version))
+    def version_tuple(self) -> tuple[int, ...]:
+        return parse_version(self.version)
 
 
 def server_info(settings: Settings) -> ServerInfo:
+    """What the server says about itself, and its models; raises ServerError when it does not answer."""
     url = server_url(settings)
-
-    async def ask(server: OllamaServer) -> ServerInfo:
-        return ServerInfo(url, await server.is_embedded(), await server.version(), sorted(await server.models()))
-
-    return run(lambda: with_server(settings, url, ask, timeout=settings.connect_timeout * 2))
+    try:
+        about = httpx.get(f"{url}/api/version", timeout=settings.connect_timeout * 2).json()
+    except (httpx.HTTPError, ValueError) as error:
+        raise ServerError(f"cannot reach the Ollama server at {url}: {error or type(error).__name__}") from None
+    models = run(lambda: with_server(settings, url, lambda server: server.models()))
+    return ServerInfo(url, str(about.get("version", "?")), bool(about.get("embedded")),
+                      bool(about.get("batches_nested_requests", True)), sorted(models))
 
 
 def explain(error: Exception, settings: Settings | None = None) -> str:
@@ -219,7 +224,7 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
         return None, None
     where = "embedded llama.cpp server" if info.embedded else "Ollama"
     source = "OLLAMA_HOST" if settings.ollama_host else "started by this app"
-    bar.markdown(f"**Server:** {where} at `{info.url}` ({source}), API {info.version_text}")
+    bar.markdown(f"**Server:** {where} at `{info.url}` ({source}), API {info.version}")
     if not info.models:
         bar.error("This server has no models: install one on the Models page, or `ollama pull` one.")
         return info, None
@@ -240,7 +245,7 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
             bar.warning(f"{drafter} cannot draft for {target}: answers use standard generation until you pick "
                         "another drafter.")
             drafter = NONE
-        elif relations[drafter] != LOOKUP and info.version < LOGPROBS_SINCE and not info.embedded:
+        elif relations[drafter] != LOOKUP and info.version_tuple < LOGPROBS_SINCE and not info.embedded:
             bar.warning(f"Draft models need Ollama {'.'.join(map(str, LOGPROBS_SINCE))} or newer (log-probabilities); "
                         "upgrade Ollama or use prompt lookup.")
         length = bar.select_slider("Draft length K", ["auto", *range(1, settings.k_max + 1)], value="auto",
@@ -260,23 +265,30 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
 
 
 def _parallel_note(settings: Settings, info: ServerInfo, target: str) -> None:
+    """Speculation pays only where the K+1 verification requests of a round run in parallel."""
     width = settings.k_max + 1
     if info.embedded:
-        st.sidebar.caption("Parallel verification: yes — the embedded server batches the nested verification "
-                           "requests itself.")
+        if info.batches:
+            st.sidebar.caption("Parallel verification: yes — the embedded server batches the nested verification "
+                               "requests itself.")
+        else:
+            st.sidebar.warning("Parallel verification: no — this embedded server evaluates requests one at a time "
+                               "(started with --no-batch), so speculation cannot pay. Fix: restart it without "
+                               "--no-batch.")
         return
     try:
         check = parallel_check(settings, info.url, target, width)
     except ServerError as error:
         st.sidebar.caption(f"Parallel verification: not checked ({explain(error)})")
         return
-    measured = f"{check.width} requests in {check.concurrent_seconds:.2f} s, one in {check.single_seconds:.2f} s"
+    measured = (f"{check.width} verification requests took {check.concurrent_seconds:.2f} s at once and "
+                f"{check.sequential_seconds:.2f} s one after another")
     if check.parallel:
         st.sidebar.caption(f"Parallel verification: yes ({measured}).")
     else:
-        st.sidebar.warning(f"Verification requests run one after another here ({measured}), so speculation "
-                           f"cannot pay. Fix: set OLLAMA_NUM_PARALLEL to at least K+1 = {width} for the "
-                           "Ollama server and restart it.")
+        st.sidebar.warning(f"Parallel verification: no — this Ollama runs verification requests one after another "
+                           f"({measured}), so speculation cannot pay. Fix: set OLLAMA_NUM_PARALLEL to at least "
+                           f"K+1 = {width} where Ollama runs, and restart it.")
 
 
 def current() -> tuple[Settings, ServerInfo | None, Choices | None]:
