@@ -30,14 +30,16 @@ st.header("Pair advisor")
 if server is None or choices is None:
     st.info("The advisor needs a server with models: see the sidebar.")
     st.stop()
-st.caption(f"Measures standard generation of the target and each candidate draft on {len(ADVISOR_PROMPTS)} short "
-           f"prompts (greedy, {ADVISOR_MAX_TOKENS} tokens each), then recommends the fastest draft that beats "
-           "standard generation, or none.")
+st.caption("Measures standard generation of the target and each candidate draft on a few short prompts "
+           "(greedy), then recommends the fastest draft that beats standard generation, or none.")
 target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="advisor_target")
 candidates = [LOOKUP] + [model for model in server.models if model != target]
 drafters = st.multiselect("Candidate drafts", candidates, default=candidates, key="advisor_drafters")
+prompt_count = st.slider("Prompts", 1, len(ADVISOR_PROMPTS), len(ADVISOR_PROMPTS), key="advisor_prompts")
+max_tokens = st.number_input("Tokens per answer", 8, 256, ADVISOR_MAX_TOKENS, key="advisor_tokens")
 if st.button("Measure and recommend", type="primary", disabled=not drafters):
-    st.session_state.advice = ui.run_advisor(settings, server.url, target, drafters)
+    st.session_state.advice = ui.run_advisor(settings, server.url, target, drafters,
+                                             ADVISOR_PROMPTS[:prompt_count], int(max_tokens))
 if advice := st.session_state.get("advice"):
     st.dataframe(ui.advice_table(advice), hide_index=True)
     if advice.recommended == "none":

@@ -167,6 +167,31 @@ def test_chat_standard_then_speculative_persists_across_reload(data_dir):
     assert roles == ["user", "assistant", "user", "assistant"]
 
 
+def test_server_down_says_what_to_do(data_dir, monkeypatch):
+    monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:9")  # nothing listens there
+    config.get_settings.cache_clear()
+    at = open_app()
+    [error] = at.sidebar.error
+    assert "cannot reach the Ollama server at http://127.0.0.1:9" in error.value
+    assert "unset OLLAMA_HOST" in error.value
+    assert "see the message in the sidebar" in at.info[0].value
+
+
+def test_chat_context_full_keeps_the_answer_with_a_note(data_dir, monkeypatch):
+    monkeypatch.setenv("SPEC_NUM_CTX", "256")
+    config.get_settings.cache_clear()
+    at = open_app()
+    short_answers(at, speculative=True)
+    at.chat_input[0].set_value("Summarise this text. " + "The cat sat on the mat and looked around. " * 40).run()
+    assert not at.exception, at.exception
+    [note] = [w.value for w in at.warning]
+    assert "no longer fits in the model's context (256 tokens)" in note
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    [conversation] = stored.conversations()
+    answer = stored.messages(conversation["id"])[-1]
+    assert answer["role"] == "assistant" and answer["note"] == note and answer["stats"] is None
+
+
 def test_chat_rename_delete_and_export(data_dir):
     stored = ConversationStore(data_dir / "conversations.sqlite3")
     first = stored.create("first")
@@ -212,7 +237,26 @@ def test_models_lists_installed_models_with_sizes(data_dir):
     table = at.dataframe[0].value
     row = table[table["model"] == SMALL].iloc[0]
     assert row["size (MB)"] > 50
-    assert at.button[0].label == "Measure and recommend"
+
+
+def test_models_pair_advisor_measures_and_recommends(data_dir):
+    at = open_app("pages/models.py")
+    at.multiselect(key="advisor_drafters").set_value(["lookup"])
+    at.slider(key="advisor_prompts").set_value(1)
+    at.number_input(key="advisor_tokens").set_value(12)
+    at.button[0].click().run()
+    assert not at.exception, at.exception
+    table = at.dataframe[1].value
+    assert list(table["drafter"]) == ["none", "lookup"]
+    assert (table["tokens/s"] > 0).all()
+    assert bool(table["same text as standard"].iloc[1]), "greedy speculation must not change the text"
+    advice = at.session_state.advice
+    verdict = (at.success or at.info)[0].value
+    assert verdict.startswith(f"Recommendation for {SMALL}")
+    if advice.recommended == "none":
+        assert "no speculation" in verdict
+    else:
+        assert advice.recommended == "lookup" and advice.candidates[0].tokens_per_second > advice.standard.tokens_per_second
 
 
 @pytest.mark.skipif(importlib.util.find_spec("utils.bench") is not None, reason="utils/bench.py exists")

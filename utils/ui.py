@@ -14,6 +14,7 @@ import itertools
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
@@ -135,6 +136,8 @@ def explain(error: Exception, settings: Settings | None = None) -> str:
     message = getattr(error, "message", None) or str(error)
     lowered = message.lower()
     if isinstance(error, HostError):
+        if "no bundled model" in lowered:
+            return f"{message}, or install one on the Models page."
         return message
     if "cannot reach" in lowered or "connect" in lowered:
         return f"{message}. Start the server (or unset OLLAMA_HOST to use the embedded one), then try again."
@@ -231,6 +234,9 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
 
     default_target = settings.target_model if settings.target_model in info.models else info.models[0]
     target = bar.selectbox("Target model", info.models, index=info.models.index(default_target), key="target")
+    if settings.target_model not in info.models:
+        bar.caption(f"The configured target {settings.target_model} is not on this server: install it on the "
+                    "Models page (embedded server) or `ollama pull` it.")
     speculative = bar.toggle("Speculative decoding", value=True, key="speculative")
     _parallel_note(settings, info, target)
 
@@ -407,22 +413,24 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     show_text(text_slot, "", [], highlight, cursor=True)
     events = answer_events(choices.decoder_settings(settings), url, choices.target, drafter, request)
     try:
-        for event in iterate(events):
-            if isinstance(event, TextEvent):
-                answer.pieces.append([event.text, event.origin])
-                answer.text += event.text
-                show_text(text_slot, answer.text, answer.pieces, highlight, cursor=True)
-            elif isinstance(event, RoundEvent):
-                live.add_round(event.record)
-                if charts and time.monotonic() - drawn_at > CHART_REFRESH_SECONDS:
-                    live.finish(event.record.at_seconds)  # recomputes acceptance by position so far
-                    chart_slot.plotly_chart(answer_figure(live.model_dump(), baseline), key=_chart_key())
-                    drawn_at = time.monotonic()
-            elif isinstance(event, FallbackEvent):
-                answer.fallbacks.append(event.reason)
-                notices.warning(f"Speculation stopped: {event.reason}. The answer went on by standard generation.")
-            elif isinstance(event, DoneEvent):
-                answer.text, answer.stats = event.text, event.stats.model_dump()
+        # closing(): if Streamlit stops the script mid-answer, the stream and its HTTP client close now.
+        with closing(iterate(events)) as stream:
+            for event in stream:
+                if isinstance(event, TextEvent):
+                    answer.pieces.append([event.text, event.origin])
+                    answer.text += event.text
+                    show_text(text_slot, answer.text, answer.pieces, highlight, cursor=True)
+                elif isinstance(event, RoundEvent):
+                    live.add_round(event.record)
+                    if charts and time.monotonic() - drawn_at > CHART_REFRESH_SECONDS:
+                        live.finish(event.record.at_seconds)  # recomputes acceptance by position so far
+                        chart_slot.plotly_chart(answer_figure(live.model_dump(), baseline), key=_chart_key())
+                        drawn_at = time.monotonic()
+                elif isinstance(event, FallbackEvent):
+                    answer.fallbacks.append(event.reason)
+                    notices.warning(f"{event.reason[:1].upper()}{event.reason[1:]}.")  # says what happened next
+                elif isinstance(event, DoneEvent):
+                    answer.text, answer.stats = event.text, event.stats.model_dump()
     except GenerationError as error:
         answer.text = error.partial
         kept = "the partial text was kept" if error.partial else "no text was generated"
@@ -457,7 +465,7 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False)
         show_text(st.container(), message["content"], message.get("pieces"), highlight)
         stats = message.get("stats")
         for fallback in (stats or {}).get("fallbacks", []):
-            st.info(f"Speculation stopped after {fallback['at_token']} tokens: {fallback['reason']}.")
+            st.info(f"After {fallback['at_token']} tokens, {fallback['reason']}.")
         if message.get("note"):
             st.warning(message["note"])
         if stats:
@@ -703,7 +711,8 @@ def install_models(settings: Settings, names: list[str]) -> None:
     st.cache_data.clear()  # the server's model list and the tokenizer relations changed
 
 
-def run_advisor(settings: Settings, url: str, target: str, drafters: list[str]):
+def run_advisor(settings: Settings, url: str, target: str, drafters: list[str], prompts: tuple[str, ...],
+                max_tokens: int):
     """The pair advisor, with a progress bar."""
     from utils.advisor import advise
 
@@ -712,8 +721,8 @@ def run_advisor(settings: Settings, url: str, target: str, drafters: list[str]):
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(done / total if total else 1.0, text=f"Measuring {label} ({done}/{total})")
 
-    return run(lambda: with_server(settings, url, lambda server: advise(settings, server, target, drafters,
-                                                                         progress=progress)))
+    return run(lambda: with_server(settings, url, lambda server: advise(
+        settings, server, target, drafters, prompts=prompts, max_tokens=max_tokens, progress=progress)))
 
 
 def advice_table(advice) -> list[dict[str, Any]]:
