@@ -26,9 +26,11 @@ def store(tmp_path) -> ConversationStore:
 def test_create_add_and_read_back(store):
     conversation = store.create("First chat")
     store.add_message(conversation, "user", "Say hello")
-    store.add_message(conversation, "assistant", "Hello there<b>", pieces=PIECES, stats=STATS)
+    baseline = {"tokens_per_second": 20.0, "how": "last standard answer", "measured_at": "2026-01-01T00:00:00"}
+    store.add_message(conversation, "assistant", "Hello there<b>", pieces=PIECES, stats=STATS, baseline=baseline)
 
     messages = store.messages(conversation)
+    assert messages[1]["baseline"] == baseline  # what its speed-up was measured against
     assert [m["role"] for m in messages] == ["user", "assistant"]
     assert messages[0]["pieces"] is None and messages[0]["stats"] is None
     assert messages[1]["pieces"] == PIECES
