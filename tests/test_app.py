@@ -256,7 +256,8 @@ def test_models_pair_advisor_measures_and_recommends(data_dir):
     if advice.recommended == "none":
         assert "no speculation" in verdict
     else:
-        assert advice.recommended == "lookup" and advice.candidates[0].tokens_per_second > advice.standard.tokens_per_second
+        assert advice.recommended == "lookup"
+        assert advice.candidates[0].tokens_per_second > advice.standard.tokens_per_second
 
 
 @pytest.mark.skipif(importlib.util.find_spec("utils.bench") is not None, reason="utils/bench.py exists")

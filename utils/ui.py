@@ -36,7 +36,8 @@ from utils.store import ConversationStore, stats_summary
 
 T = TypeVar("T")
 
-DRAFT_COLOUR = "rgba(46, 160, 67, 0.28)"  # accepted draft tokens, in text and charts
+DRAFT_COLOUR = "rgba(46, 160, 67, 0.28)"  # the background of accepted draft tokens in the text
+ACCEPTED_COLOUR = "rgba(46, 160, 67, 0.9)"  # the same green, for bars
 REJECTED_COLOUR = "rgba(150, 150, 150, 0.45)"
 CHART_REFRESH_SECONDS = 0.3  # redraw live charts at most this often: each redraw is sent to the browser
 BASELINE_PROMPT = "Write a short paragraph about the history of the bicycle."
@@ -491,7 +492,7 @@ def answer_figure(stats: dict[str, Any], baseline: dict[str, Any] | None) -> go.
         drafted = [(number, r) for number, r in enumerate(rounds, start=1) if r["k"] and r["drafted"]]
         numbers = [number for number, _ in drafted]
         figure.add_bar(x=numbers, y=[r["accepted"] for _, r in drafted], name="accepted",
-                       marker_color=DRAFT_COLOUR.replace("0.28", "0.9"), row=1, col=1)
+                       marker_color=ACCEPTED_COLOUR, row=1, col=1)
         figure.add_bar(x=numbers, y=[r["drafted"] - r["accepted"] for _, r in drafted], name="rejected",
                        marker_color=REJECTED_COLOUR, row=1, col=1)
         positions = stats.get("per_position_acceptance", [])
@@ -516,7 +517,8 @@ def answer_figure(stats: dict[str, Any], baseline: dict[str, Any] | None) -> go.
     if speculative:
         headline = "speed-up: no baseline measured yet"
         if baseline and rates:
-            headline = f"speed-up so far ×{rates[-1] / baseline['tokens_per_second']:.2f} against the standard baseline"
+            speedup = rates[-1] / baseline["tokens_per_second"]
+            headline = f"speed-up so far ×{speedup:.2f} against the standard baseline"
     figure.update_layout(barmode="stack", height=280, margin=dict(l=10, r=10, t=60, b=10), title=headline,
                          title_font_size=14, legend=dict(orientation="h", y=-0.3))
     return figure
