@@ -231,6 +231,11 @@ def test_compare_runs_both_side_by_side(data_dir):
     assert [m.label for m in at.metric][-1] == "Speed-up"
     assert at.session_state.comparison["order"] == ["standard", "speculative"]
 
+    at.button[0].click().run()  # the next run starts with the other one
+    assert not at.exception, at.exception
+    assert at.session_state.comparison["order"] == ["speculative", "standard"]
+    assert [c.value for c in at.caption if c.value.startswith("ran")][:2] == ["ran second", "ran first"]
+
 
 def test_models_lists_installed_models_with_sizes(data_dir):
     at = open_app("pages/models.py")
