@@ -20,20 +20,23 @@ from utils import bench  # noqa: E402 - only once we know it exists
 
 if server is not None and choices is not None:
     with st.form("benchmark"):
-        prompts_file = st.text_input("Prompt set (JSON lines)", "prompts/bench.jsonl")
-        target = st.selectbox("Target", server.models, index=server.models.index(choices.target))
-        drafters = st.multiselect("Drafters", [LOOKUP, *server.models],
+        prompts_file = st.text_input("Prompt set (JSON lines, relative to the project folder)", "prompts/bench.jsonl",
+                                     key="bench_prompts")
+        target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="bench_target")
+        drafters = st.multiselect("Drafters", [LOOKUP, *server.models], key="bench_drafters",
                                   default=[choices.drafter] if choices.speculative else [LOOKUP])
-        ks = st.multiselect("Draft lengths", ["auto", "2", "4", "6", "8"], default=["auto"])
-        repeat = st.number_input("Repeats", 1, 10, 1)
-        limit = st.number_input("Prompts per category (0: all)", 0, 1000, 0)
-        max_tokens = st.number_input("Max tokens per answer (0: as the prompt set says)", 0, 4096, 0)
+        ks = st.multiselect("Draft lengths", ["auto", "2", "4", "6", "8"], default=["auto"], key="bench_ks")
+        repeat = st.number_input("Repeats", 1, 10, 1, key="bench_repeat")
+        limit = st.number_input("Prompt limit (0: the whole set)", 0, 1000, 0, key="bench_limit")
+        max_tokens = st.number_input("Max tokens per answer (0: as the prompt set says)", 0, 4096, 0,
+                                     key="bench_max_tokens")
         start = st.form_submit_button("Run benchmark", type="primary")
+    prompts_path = ui.PROJECT_DIR / prompts_file  # an absolute path stays as it is
     if start:
-        if not (drafters and ks and Path(prompts_file).is_file()):
+        if not (drafters and ks and prompts_path.is_file()):
             st.error("Pick at least one drafter and one draft length, and a prompt set file that exists.")
         else:
-            config = bench.BenchConfig(prompts_file=Path(prompts_file), target=target, drafters=drafters, ks=ks,
+            config = bench.BenchConfig(prompts_file=prompts_path, target=target, drafters=drafters, ks=ks,
                                        repeat=int(repeat), out_dir=settings.data_dir / "bench",
                                        limit=int(limit) or None, max_tokens=int(max_tokens) or None)
             bar = st.progress(0.0, text="Starting…")

@@ -274,9 +274,9 @@ def test_benchmarks_page_says_when_the_suite_is_missing(data_dir):
 @pytest.mark.skipif(importlib.util.find_spec("utils.bench") is None, reason="utils/bench.py not written yet")
 def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
     at = open_app("pages/benchmarks.py")
-    at.multiselect[0].set_value(["lookup"])
-    at.number_input[1].set_value(1)  # prompts per category
-    at.number_input[2].set_value(8)  # max tokens
+    at.multiselect(key="bench_drafters").set_value(["lookup"])
+    at.number_input(key="bench_limit").set_value(1)
+    at.number_input(key="bench_max_tokens").set_value(8)
     at.get("form_submit_button")[0].click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
@@ -35,6 +36,8 @@ from utils.stats import AnswerStats
 from utils.store import ConversationStore, stats_summary
 
 T = TypeVar("T")
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
 
 DRAFT_COLOUR = "rgba(46, 160, 67, 0.28)"  # the background of accepted draft tokens in the text
 ACCEPTED_COLOUR = "rgba(46, 160, 67, 0.9)"  # the same green, for bars
