@@ -83,6 +83,44 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from utils.bench import BenchConfig, run_bench
+    from utils.client import ServerError
+    from utils.hosts import HostError
+
+    config = BenchConfig(
+        prompts_file=Path(args.prompts), target=args.target, drafters=args.draft or [get_settings().draft_model],
+        ks=args.k or ["auto"], repeat=args.repeat, out_dir=Path(args.out) if args.out else None, limit=args.limit,
+        max_tokens=args.max_tokens, categories=args.category, host=args.host,
+    )
+
+    def progress(done: int, total: int, label: str) -> None:
+        width = 30
+        filled = width * done // max(total, 1)
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:50]:50}", end="", file=sys.stderr,
+              flush=True)
+
+    try:
+        out_dir = run_bench(get_settings(), config, progress)
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished runs are saved in results.json; run the same command again to resume",
+              file=sys.stderr)
+        return 130
+    except (HostError, ServerError, ValueError, OSError) as error:
+        print(f"\nerror: {getattr(error, 'message', None) or error}", file=sys.stderr)
+        return 1
+    print(f"\n{(out_dir / 'report.md').read_text()}\nwritten to {out_dir}")
+    return 0
+
+
+def _bench_k(text: str) -> str:
+    if text != "auto" and not (text.isdigit() and 0 <= int(text) <= 16):
+        raise argparse.ArgumentTypeError("must be 'auto' or a number from 0 to 16")
+    return text
+
+
 def _echo(text: str) -> None:
     print(text, end="", flush=True)
 
@@ -135,6 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--draft-host", default=None, help="server of the draft model (default: --host)")
     generate.add_argument("--json", action="store_true", help="print one JSON object at the end")
     generate.set_defaults(run=cmd_generate)
+
+    bench = commands.add_parser("bench", help="benchmark speculative against standard generation")
+    bench.add_argument("--prompts", default="prompts/bench.jsonl", help="JSON lines: id, category, prompt, chat, max_tokens")
+    bench.add_argument("--target", default=get_settings().target_model)
+    bench.add_argument("--draft", action="append", help="draft model, 'lookup' (repeatable; default: the draft model)")
+    bench.add_argument("--k", action="append", type=_bench_k, help="'auto' or a fixed K (repeatable; default auto)")
+    bench.add_argument("--repeat", type=int, default=1)
+    bench.add_argument("--limit", type=int, default=None, help="at most N prompts per category")
+    bench.add_argument("--category", action="append", help="only this category (repeatable)")
+    bench.add_argument("--max-tokens", type=int, default=None, help="override each prompt's max_tokens")
+    bench.add_argument("--out", default=None, help="output folder (default: DATA_DIR/bench/TIMESTAMP); reuse it to resume")
+    bench.add_argument("--host", default=None)
+    bench.set_defaults(run=cmd_bench)
     return parser
 
 

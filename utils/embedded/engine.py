@@ -217,7 +217,12 @@ class ModelRunner:
                 job.on_done(EngineError(f"llama.cpp failed: {error}", 500))
 
     def _evaluate(self, tokens: list[int], first_row: int) -> np.ndarray:
-        """Bring the KV cache to `tokens` and return the logits of positions first_row..end."""
+        """Bring the KV cache to `tokens` and return the logits of positions first_row..end.
+
+        The context's last token is always evaluated on its own, as standard generation does: llama.cpp
+        rounds a row differently inside a batch, and the first token of an answer is often a near tie
+        ("To" or "Assuming") that such rounding would flip.
+        """
         keep = 0
         for cached, wanted in zip(self.cached, tokens[:first_row]):
             if cached != wanted:
@@ -229,7 +234,10 @@ class ModelRunner:
         self.predicted = {p: t for p, t in self.predicted.items() if p <= keep}
         if keep < first_row:
             self._decode(tokens[keep:first_row], with_logits=False)
-        return self._decode(tokens[first_row:], with_logits=True)
+        first = self._decode(tokens[first_row : first_row + 1], with_logits=True)
+        if len(tokens) == first_row + 1:
+            return first
+        return np.concatenate([first, self._decode(tokens[first_row + 1 :], with_logits=True)])
 
     def _decode(self, tokens: list[int], with_logits: bool) -> np.ndarray:
         batch, ctx = self.llama._batch, self.llama._ctx
