@@ -19,34 +19,40 @@ if importlib.util.find_spec("utils.bench") is None:
 from utils import bench  # noqa: E402 - only once we know it exists
 
 if server is not None and choices is not None:
+    prompts_file = st.text_input("Prompt set (JSON lines, relative to the project folder)", "prompts/bench.jsonl",
+                                 key="bench_prompts")
+    prompts_path = ui.PROJECT_DIR / prompts_file  # an absolute path stays as it is
+    try:
+        categories = sorted({p["category"] for p in bench.load_prompts(bench.BenchConfig(prompts_path, "", []))})
+    except (OSError, ValueError) as error:
+        st.error(f"Cannot read the prompt set: {error}. Give the path of a JSON-lines file of prompts.")
+        st.stop()
     with st.form("benchmark"):
-        prompts_file = st.text_input("Prompt set (JSON lines, relative to the project folder)", "prompts/bench.jsonl",
-                                     key="bench_prompts")
+        chosen_categories = st.multiselect("Categories", categories, default=categories, key="bench_categories")
         target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="bench_target")
         drafters = st.multiselect("Drafters", [LOOKUP, *server.models], key="bench_drafters",
                                   default=[choices.drafter] if choices.speculative else [LOOKUP])
         ks = st.multiselect("Draft lengths", ["auto", "2", "4", "6", "8"], default=["auto"], key="bench_ks")
         repeat = st.number_input("Repeats", 1, 10, 1, key="bench_repeat")
-        limit = st.number_input("Prompt limit (0: the whole set)", 0, 1000, 0, key="bench_limit")
+        limit = st.number_input("Prompts per category (0: all)", 0, 1000, 0, key="bench_limit")
         max_tokens = st.number_input("Max tokens per answer (0: as the prompt set says)", 0, 4096, 0,
                                      key="bench_max_tokens")
         start = st.form_submit_button("Run benchmark", type="primary")
-    prompts_path = ui.PROJECT_DIR / prompts_file  # an absolute path stays as it is
-    if start:
-        if not (drafters and ks and prompts_path.is_file()):
-            st.error("Pick at least one drafter and one draft length, and a prompt set file that exists.")
-        else:
-            config = bench.BenchConfig(prompts_file=prompts_path, target=target, drafters=drafters, ks=ks,
-                                       repeat=int(repeat), out_dir=settings.data_dir / "bench",
-                                       limit=int(limit) or None, max_tokens=int(max_tokens) or None)
-            bar = st.progress(0.0, text="Starting…")
-            try:
-                folder = bench.run_bench(settings, config, progress=lambda done, total, label: bar.progress(
-                    done / total if total else 1.0, text=f"{done}/{total} {label}"))
-                st.session_state.bench_run = str(folder)
-                st.success(f"Benchmark saved in {folder}.")
-            except Exception as error:  # noqa: BLE001 - a failed run must be a message, with what to do
-                st.error(f"The benchmark stopped: {ui.explain(error, settings)}")
+    if start and not (chosen_categories and drafters and ks):
+        st.error("Pick at least one category, one drafter and one draft length.")
+    elif start:
+        # No out_dir: each run gets a new dated folder under the data folder, listed below.
+        config = bench.BenchConfig(prompts_file=prompts_path, target=target, drafters=drafters, ks=ks,
+                                   repeat=int(repeat), limit=int(limit) or None, max_tokens=int(max_tokens) or None,
+                                   categories=chosen_categories)
+        bar = st.progress(0.0, text="Starting…")
+        try:
+            folder = bench.run_bench(settings, config, progress=lambda done, total, label: bar.progress(
+                done / total if total else 1.0, text=f"{done}/{total} {label}"))
+            st.session_state.bench_run = str(folder)
+            st.success(f"Benchmark saved in {folder}.")
+        except Exception as error:  # noqa: BLE001 - a failed run must be a message, with what to do
+            st.error(f"The benchmark stopped: {ui.explain(error, settings)}")
 else:
     st.info("Running a benchmark needs a server with models (see the sidebar); past runs are listed below.")
 

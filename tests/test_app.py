@@ -274,6 +274,9 @@ def test_benchmarks_page_says_when_the_suite_is_missing(data_dir):
 @pytest.mark.skipif(importlib.util.find_spec("utils.bench") is None, reason="utils/bench.py not written yet")
 def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
     at = open_app("pages/benchmarks.py")
+    categories = at.multiselect(key="bench_categories")
+    assert len(categories.options) > 1
+    categories.set_value([categories.options[0]])
     at.multiselect(key="bench_drafters").set_value(["lookup"])
     at.number_input(key="bench_limit").set_value(1)
     at.number_input(key="bench_max_tokens").set_value(8)
@@ -282,3 +285,9 @@ def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
     assert not at.error, [e.value for e in at.error]
     assert at.get("plotly_chart")
     assert len(at.dataframe[0].value) >= 1
+    assert any(s.value.startswith("Benchmark saved in") for s in at.success)
+
+    # Past runs stay listed in a new session.
+    reloaded = open_app("pages/benchmarks.py")
+    [run] = [s for s in reloaded.selectbox if s.label == "Run"]
+    assert len(run.options) == 1 and reloaded.get("plotly_chart")
