@@ -17,9 +17,11 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse as _JSONResponse
+from fastapi.responses import StreamingResponse
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from utils.embedded.engine import Completion, EngineError, Job, ModelRunner, TokenInfo
 from utils.embedded.models import ModelError, ModelStore
@@ -29,6 +31,61 @@ from utils.embedded.text import TextAssembler
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
 MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_NUM_CTX = 4096
+
+
+class JSONResponse(_JSONResponse):
+    """JSON as UTF-8; a lone surrogate from the request (JSON "\\ud800") is written escaped, not a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode()
+
+
+class BodyLimit:
+    """ASGI middleware: request bodies over MAX_BODY_BYTES get 413, whether announced by Content-Length
+    or sent chunked (read up to the limit, never further). POST bodies are read as JSON whatever their
+    Content-Type, as Ollama does: its documented `curl -d '{...}'` sends a form type."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            return await self._too_large(scope, receive, send)
+        if scope["method"] == "POST":
+            scope = {**scope, "headers": headers + [(b"content-type", b"application/json")]}
+        if length is not None or scope["method"] != "POST":
+            return await self.app(scope, receive, send)
+        body, more = bytearray(), True  # chunked: buffer at most MAX_BODY_BYTES, then hand it on
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > MAX_BODY_BYTES:
+                return await self._too_large(scope, receive, send)
+        replayed = False
+
+        async def replay() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
+
+        await self.app(scope, replay, send)
+
+    @staticmethod
+    async def _too_large(scope: dict, receive: Any, send: Any) -> None:
+        response = JSONResponse({"error": f"request body larger than {MAX_BODY_BYTES} bytes"}, 413)
+        await response(scope, receive, send)
 
 
 class ApiError(Exception):
@@ -160,9 +217,14 @@ def render_chat(runner: ModelRunner, messages: list[dict[str, Any]]) -> str:
     template = runner.metadata.get("tokenizer.chat_template")
     if not template:  # a base model: plain concatenation, as Ollama's default "{{ .Prompt }}"
         return "".join(m["content"] for m in messages)
-    return _jinja.from_string(template).render(
-        messages=messages, add_generation_prompt=True, bos_token="", eos_token=""
-    )
+    try:
+        return _jinja.from_string(template).render(
+            messages=messages, add_generation_prompt=True, bos_token="", eos_token=""
+        )
+    except ApiError:
+        raise
+    except Exception as error:  # noqa: BLE001 - odd extra fields (tool_calls: "abc") must be a 400, not a 500
+        raise ApiError(f"template error: {type(error).__name__}: {error}", 400) from None
 
 
 # -- the app ------------------------------------------------------------------------------------
@@ -183,7 +245,9 @@ def _logprobs_of(info: TokenInfo) -> list[dict[str, Any]]:
 
 
 def create_app(store: ModelStore, threads: int = 2, batch: bool = True) -> FastAPI:
-    app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION)
+    app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION,
+                  default_response_class=JSONResponse)
+    app.add_middleware(BodyLimit)
     models = Models(store, threads, batch)
     app.state.models = models
 
@@ -191,16 +255,14 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True) -> FastA
     async def _close() -> None:
         await models.close()
 
-    @app.middleware("http")
-    async def limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-            return JSONResponse({"error": f"request body larger than {MAX_BODY_BYTES} bytes"}, 413)
-        return await call_next(request)
-
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, error: ApiError) -> JSONResponse:
         return JSONResponse({"error": error.message}, error.status)
+
+    @app.exception_handler(HTTPException)
+    async def _http_error(_: Request, error: HTTPException) -> JSONResponse:
+        # Unknown paths, wrong methods and bodies that are not JSON (invalid UTF-8): Ollama's shape.
+        return JSONResponse({"error": str(error.detail)}, error.status_code, headers=error.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, error: RequestValidationError) -> JSONResponse:
