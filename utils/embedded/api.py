@@ -171,7 +171,7 @@ class Models:
             spec = self.store.spec(name)
         except ModelError:
             raise ApiError(f"model '{name}' not found", 404) from None
-        if not self.store.is_installed(spec.name):
+        if not self.store.path(spec.name).exists():
             raise ApiError(
                 f"model '{spec.name}' not found; install it with: python cli.py models install {spec.name}",
                 404,
@@ -184,6 +184,11 @@ class Models:
             started = time.perf_counter()
             if runner:
                 await asyncio.to_thread(runner.close)
+            try:  # a truncated or damaged file is refused before llama.cpp reads it
+                await asyncio.to_thread(self.store.verify, spec.name)
+            except ModelError as error:
+                self.runners.pop(spec.name, None)
+                raise ApiError(str(error), 500) from None
             try:
                 runner = await asyncio.to_thread(
                     ModelRunner, spec.name, self.store.path(spec.name), wanted, self.threads, self.batch

