@@ -59,7 +59,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
             settings, request, target=args.target, drafter=args.draft, host=args.host,
             draft_host=args.draft_host, echo=None if args.json else _echo,
         ))
-    except (ValidationError, ValueError) as error:
+    except ValidationError as error:
+        print(f"error: invalid settings: {_problems(error)}", file=sys.stderr)
+        return 2
+    except ValueError as error:
         print(f"error: invalid settings: {error}", file=sys.stderr)
         return 2
     except (HostError, ServerError, GenerationError) as error:
@@ -121,6 +124,11 @@ def _bench_k(text: str) -> str:
     return text
 
 
+def _problems(error) -> str:
+    """A pydantic ValidationError in one line (its own message spans several)."""
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+
+
 def _echo(text: str) -> None:
     print(text, end="", flush=True)
 
@@ -139,8 +147,15 @@ def _non_negative(text: str) -> int:
     return value
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage mistake said in one line instead of the whole usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (see: {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cli.py", description=__doc__)
+    parser = Parser(prog="cli.py", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the embedded Ollama-compatible server")
@@ -190,6 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from pydantic import ValidationError
+
+    try:
+        get_settings()
+    except ValidationError as error:  # an out-of-range SPEC_ variable or .env line: no traceback
+        print(f"error: invalid settings in the environment or .env: {_problems(error)}", file=sys.stderr)
+        return 2
     args = build_parser().parse_args(argv)
     return args.run(args)
 

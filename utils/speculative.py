@@ -12,6 +12,7 @@ Everything above this module (CLI, chat page, charts, store, benchmarks) consume
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -48,7 +49,7 @@ class GenerationRequest:
     def __post_init__(self) -> None:
         problems = [
             message for bad, message in (
-                (self.temperature < 0, "temperature must be 0 or more"),
+                (not self.temperature >= 0 or math.isinf(self.temperature), "temperature must be 0 or more"),
                 (self.top_k < 0, "top_k must be 0 or more"),
                 (not 0 <= self.top_p <= 1, "top_p must be between 0 and 1"),
                 (not 0 <= self.min_p <= 1, "min_p must be between 0 and 1"),
