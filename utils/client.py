@@ -81,7 +81,7 @@ class OllamaServer:
     """One Ollama (or embedded) server. Methods map onto the HTTP endpoints the engine uses."""
 
     def __init__(self, host: str, *, connect_timeout: float = 5.0, timeout: float = 300.0):
-        self.host = host
+        self.host, self.connect_timeout, self.timeout = host, connect_timeout, timeout
         self.client = ollama.AsyncClient(host=host, timeout=httpx.Timeout(timeout, connect=connect_timeout))
         self.url = str(self.client._client.base_url).rstrip("/")
 
@@ -93,8 +93,12 @@ class OllamaServer:
             return error
         if isinstance(error, ollama.ResponseError):
             return ServerError(_message(error), error.status_code if error.status_code > 0 else None, self.host)
+        if isinstance(error, httpx.TimeoutException):
+            limit = self.connect_timeout if isinstance(error, httpx.ConnectTimeout) else self.timeout
+            return ServerError(f"the Ollama server at {self.url} did not answer within {limit:g} s "
+                               f"({type(error).__name__})", None, self.host)
         if isinstance(error, (ConnectionError, httpx.TransportError)):
-            return ServerError(f"cannot reach the Ollama server at {self.url}: {error or type(error).__name__}",
+            return ServerError(f"cannot reach the Ollama server at {self.url}: {str(error) or type(error).__name__}",
                                None, self.host)
         return ServerError(f"{type(error).__name__}: {error}", None, self.host)
 

@@ -56,6 +56,7 @@ class GenerationRequest:
                 (self.max_tokens < -1 or self.max_tokens == 0, "max_tokens must be positive, or -1 for no limit"),
                 (self.k is not None and not 0 <= self.k <= 64, "k must be between 0 and 64"),
                 (self.messages is None and not self.prompt.strip(), "the prompt is empty"),
+                (self.messages is not None and not self.messages, "the conversation has no messages"),
             ) if bad
         ]
         if problems:
