@@ -134,8 +134,8 @@ class ModelStore:
                 self.verify(name)
                 progress(f"{spec.name}: already installed ({final})")
                 return final
-            except ModelError as error:
-                progress(f"{spec.name}: the installed file is damaged ({error}); installing it again")
+            except ModelError:
+                progress(f"{spec.name}: the installed file is damaged (its sha256 differs); installing it again")
         wheels_dir = self.models_dir / "downloads" / spec.family
         wheels_dir.mkdir(parents=True, exist_ok=True)
         partial = final.with_name(final.name + ".partial")
