@@ -31,6 +31,7 @@ from utils.embedded.text import TextAssembler
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
 MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_NUM_CTX = 4096
+MIN_TEMPERATURE = 1e-6  # below this, sampling is greedy
 
 
 class JSONResponse(_JSONResponse):
@@ -111,7 +112,9 @@ class Options(BaseModel):
 
     def sampling(self) -> SamplingOptions:
         seed = None if self.seed is None or self.seed < 0 else self.seed
-        return SamplingOptions(self.temperature, self.top_k, self.top_p, self.min_p, seed)
+        # Logits divided by a temperature this small overflow to inf - inf = NaN (a 500); it is greedy.
+        temperature = self.temperature if self.temperature >= MIN_TEMPERATURE else 0.0
+        return SamplingOptions(temperature, self.top_k, self.top_p, self.min_p, seed)
 
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
