@@ -1,0 +1,125 @@
+"""The browser tests' fixtures: `streamlit run app.py` on the test session's embedded server, and
+Debian's Chromium driven headless by Playwright (sync API).
+
+Playwright cannot download its own browsers here; scripts/install_browser.sh installs /usr/bin/chromium.
+Without it these tests fail with that instruction rather than being skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.conftest import DRAFT
+from utils.embedded.server import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = Path(os.environ.get("SPEC_E2E_CHROMIUM", "/usr/bin/chromium"))
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+TARGET = DRAFT  # qwen2.5-coder:0.5b: readable answers for the screenshots, quick enough on two cores
+VIEWPORT = {"width": 1400, "height": 1000}
+APP_START_TIMEOUT = 60  # seconds until Streamlit answers its health check
+
+# Installed before any page script: counts the runs of the Streamlit script, so a test can wait for
+# the rerun its click caused to finish (stApp carries data-test-script-state="running"/"notRunning").
+WATCH_RUNS = """
+window.__scriptRuns = 0;
+sessionStorage.setItem('loads', String(Number(sessionStorage.getItem('loads') || 0) + 1));
+new MutationObserver((mutations) => {
+  for (const m of mutations) {
+    if (m.target.getAttribute('data-test-script-state') === 'running') window.__scriptRuns += 1;
+  }
+}).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-test-script-state']});
+"""
+
+
+@pytest.fixture(scope="module")
+def app_url(server_url: str, tmp_path_factory) -> Iterator[str]:
+    """The app, as a user starts it, on the test server (OLLAMA_HOST), with a fresh data folder."""
+    data_dir = tmp_path_factory.mktemp("e2e-data")
+    port = free_port()
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SPEC_")}
+    env.update(OLLAMA_HOST=server_url, SPEC_DATA_DIR=str(data_dir), SPEC_TARGET_MODEL=TARGET,
+               STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    log_path = data_dir / "streamlit.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [str(ROOT / ".venv" / "bin" / "streamlit"), "run", "app.py", "--server.port", str(port),
+             "--server.address", "127.0.0.1", "--server.headless", "true"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(process, url, log_path)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_healthy(process: subprocess.Popen, url: str, log_path: Path) -> None:
+    import time
+
+    deadline = time.monotonic() + APP_START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {process.returncode}:\n{log_path.read_text()[-3000:]}")
+        try:
+            httpx.get(f"{url}/_stcore/health", timeout=1.0).raise_for_status()
+            return
+        except httpx.HTTPError:
+            time.sleep(0.3)
+    raise RuntimeError(f"streamlit did not answer on {url} within {APP_START_TIMEOUT} s:\n"
+                       f"{log_path.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: run `bash scripts/install_browser.sh` (Debian's chromium package)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Keeps each phase's report on the test item, so a fixture can tell that its test failed."""
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"report_{report.when}", report)
+
+
+@pytest.fixture
+def page(browser: Browser, request, tmp_path) -> Iterator[Page]:
+    """A new browser session (its own cookies and Streamlit session) with a presentable window.
+    When the test fails, what the page showed is saved and its path printed."""
+    context = browser.new_context(viewport=VIEWPORT, device_scale_factor=1)
+    context.add_init_script(WATCH_RUNS)
+    page = context.new_page()
+    try:
+        yield page
+    finally:
+        report = getattr(request.node, "report_call", None)
+        if report is not None and report.failed:
+            shot = tmp_path / "failure.png"
+            try:
+                page.screenshot(path=str(shot), full_page=True)
+                print(f"\nthe page at the failure: {shot}")
+            except Exception as error:  # noqa: BLE001 - a diagnostic must not hide the failure
+                print(f"\nno screenshot of the failure: {error}")
+        context.close()
