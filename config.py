@@ -25,6 +25,9 @@ class Settings(BaseSettings):
     draft_host: str | None = None  # the draft model may live on another server
     embedded_host: str = "127.0.0.1"
     embedded_port: int = Field(default=11435, ge=1, le=65535)
+    # The embedded server's faster batch kernels (weight repacking) round a row differently inside a
+    # batch than alone: greedy speculative answers may then differ from standard ones at near ties.
+    fast_batches: bool = False
 
     # Models, named as in utils/embedded/models.json (Ollama library tags).
     target_model: str = "qwen2.5-coder:1.5b"

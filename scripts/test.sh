@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SPEC_FORCE_MODELS=1 bash scripts/install.sh
+bash scripts/install_browser.sh  # Debian's chromium, for tests/e2e
 exec .venv/bin/python -m pytest "$@"

@@ -7,8 +7,6 @@ the `bytes` of a logprob, closing a stream half-way).
 The tests share one server and so one loaded model per name: a test that loads a model with another
 `num_ctx` puts the default context back before it ends.
 
-Tests marked `xfail(strict=True)` pin bugs found in utils/embedded/*.py: they fail today by design
-(reported as xfailed) and turn into a failure once the bug is fixed, so the marker gets removed.
 """
 
 from __future__ import annotations
@@ -420,7 +418,6 @@ async def test_closing_a_stream_stops_the_generation(client, server_url):
     assert await queue_wait_in_tokens(client) < 100  # about 3000 had the generation gone on
 
 
-@pytest.mark.xfail(strict=True, reason="BUG api._answer: a non-streaming request outlives its client")
 async def test_a_non_streaming_request_stops_when_its_client_leaves(client, server_url):
     """Ollama cancels a request whose client disconnects, streaming or not; a client that times out
     must not leave the model busy for the rest of a long answer."""
@@ -482,28 +479,20 @@ async def test_nested_validator_requests_answer_as_they_would_alone(client, mode
     assert counts == list(range(counts[0], counts[0] + len(prompts)))  # one more token each
 
 
-# -- known bugs, below the HTTP layer ---------------------------------------------------------------
+# -- below the HTTP layer ---------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="BUG api._answer: tokens after a stop string are still added")
-async def test_tokens_after_a_stop_string_are_dropped():
+def test_tokens_after_a_stop_string_are_dropped():
     """The worker thread may emit tokens before it sees the cancellation a stop string sets; they are
     past the stop and must not reach the answer. Here they all arrive at once, as on a busy server."""
-    from utils.embedded import api
-    from utils.embedded.engine import Completion, TokenInfo
+    from utils.embedded.text import TextAssembler
 
-    class EagerRunner:
-        def submit(self, job) -> None:
-            for piece in (b"one", b".", b" two", b" three"):
-                job.on_token(TokenInfo(0, piece))
-            job.on_done(Completion("length", 1, 1, 4, 1))
-
-    body = api.GenerateBody(model=SMALL, prompt="x", raw=True, stream=False, options={"stop": ["."]})
-    answer = await api._answer(EagerRunner(), body, "x", 0.0, chat=False)
-    assert answer["response"] == "one"
+    assembler = TextAssembler(["."])
+    pieces = [assembler.feed(piece) for piece in (b"one", b".", b" two", b" three")]
+    assert "".join(pieces) + assembler.flush() == "one"
+    assert assembler.stopped
 
 
-@pytest.mark.xfail(strict=True, reason="Ollama incompatibility api.Models.get: num_ctx sticks")
 async def test_a_request_without_num_ctx_gets_the_default_context(client):
     """In Ollama a request without num_ctx runs with the default context, whatever the last request
     loaded; here the context of the last num_ctx request sticks, and this 400-token prompt fails."""

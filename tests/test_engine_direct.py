@@ -76,14 +76,9 @@ async def test_server_greedy_answer_equals_direct_llama_cpp(client, llm, prompt)
     assert answer.done_reason == ("length" if len(generated) == NUM_PREDICT else "stop")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Ollama incompatibility engine.ModelRunner._continue_cache: a prompt keeps the cached tokens "
-    "of an earlier prompt that ended mid-word, so the same request is tokenized (and answered) differently",
-)
 async def test_server_greedy_answer_does_not_depend_on_the_previous_prompt(client, llm):
-    """Ollama tokenizes every prompt afresh. Here the earlier prompt ends in " wor", its cached token
-    is kept, and "ld" is tokenized on its own: " wor"+"ld" instead of " world"."""
+    """Ollama tokenizes every prompt afresh. Here the earlier prompt ends in " wor"; its cached token
+    must not be kept, or "ld" would be tokenized on its own: " wor"+"ld" instead of " world"."""
     prompt = "The quick brown fox jumps over the lazy dog. Hello world"
     prompt_tokens, generated = direct_greedy(llm, prompt, NUM_PREDICT)
     await forget_cached_prompt(client)

@@ -40,33 +40,6 @@ async def answer(server_url: str, target: str, drafter: str, request: Generation
 # -- greedy: identical to standard generation ------------------------------------------------------
 
 
-NEAR_TIE_NATS = 0.5  # largest logit difference seen between a batched and a single evaluation of a row
-MAX_NEAR_TIE_DIVERGENCES = 3
-
-
-async def divergence_margin(server_url: str, target: str, prompt: str, standard: dict, speculative: dict) -> float:
-    """Where the two answers part, how far apart the target's two best tokens are (in log-probability).
-
-    llama.cpp rounds a row differently inside a batch than alone, so at a near tie a verified token can
-    differ from the standard one. A wrong acceptance would show a wide margin instead.
-    """
-    common = next((i for i, (a, b) in enumerate(zip(standard["text"], speculative["text"])) if a != b),
-                  min(len(standard["text"]), len(speculative["text"])))
-    start = 0
-    for text, _ in speculative["pieces"]:
-        if start + len(text) > common:
-            break
-        start += len(text)
-    server = OllamaServer(server_url)
-    try:
-        rendered = await server.render_chat(target, [{"role": "user", "content": prompt}], 4096)
-        step = await server.next_token(target, rendered + speculative["text"][:start], {"temperature": 0}, 2)
-    finally:
-        await server.aclose()
-    best, second = sorted(step.token.top.values(), reverse=True)[:2]
-    return best - second
-
-
 @pytest.mark.parametrize(
     "target, drafter",
     [(TARGET, DRAFT), ("qwen2.5-coder:0.5b", SMALL), ("qwen2.5-coder:0.5b", "lookup")],
@@ -74,21 +47,14 @@ async def divergence_margin(server_url: str, target: str, prompt: str, standard:
 )
 async def test_greedy_speculative_equals_standard(server_url, target, drafter):
     drafted = accepted = 0
-    divergences = []
     for prompt in EQUALITY_PROMPTS:
         request = GenerationRequest(prompt=prompt["prompt"], max_tokens=EQUALITY_TOKENS, k=4)
         standard = await answer(server_url, target, "none", request)
         speculative = await answer(server_url, target, drafter, request)
+        assert speculative["text"] == standard["text"], prompt["id"]
         assert "".join(text for text, _ in speculative["pieces"]) == speculative["text"]
-        if speculative["text"] != standard["text"]:
-            margin = await divergence_margin(server_url, target, prompt["prompt"], standard, speculative)
-            assert margin < NEAR_TIE_NATS, (prompt["id"], margin, standard["text"], speculative["text"])
-            divergences.append(prompt["id"])
         drafted += speculative["stats"]["drafted_tokens"]
         accepted += speculative["stats"]["accepted_tokens"]
-    print(f"{target} <- {drafter}: {len(EQUALITY_PROMPTS) - len(divergences)} of {len(EQUALITY_PROMPTS)} identical; "
-          f"near-tie divergences: {divergences}")
-    assert len(divergences) <= MAX_NEAR_TIE_DIVERGENCES, divergences
     assert drafted > 0 and accepted > 0  # speculation really ran, and the drafts were used
 
 

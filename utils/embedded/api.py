@@ -164,8 +164,8 @@ class ShowBody(BaseModel):
 class Models:
     """Loaded runners by name; a request with another num_ctx reloads the model, as Ollama does."""
 
-    def __init__(self, store: ModelStore, threads: int, batch: bool):
-        self.store, self.threads, self.batch = store, threads, batch
+    def __init__(self, store: ModelStore, threads: int, batch: bool, fast_batches: bool):
+        self.store, self.threads, self.batch, self.fast_batches = store, threads, batch, fast_batches
         self.runners: dict[str, ModelRunner] = {}
         self.lock = asyncio.Lock()
 
@@ -181,7 +181,7 @@ class Models:
             )
         async with self.lock:
             runner = self.runners.get(spec.name)
-            wanted = num_ctx or (runner.num_ctx if runner else DEFAULT_NUM_CTX)
+            wanted = num_ctx or DEFAULT_NUM_CTX  # as in Ollama: a request without num_ctx gets the default
             if runner and runner.num_ctx == wanted:
                 return runner, 0.0
             started = time.perf_counter()
@@ -194,7 +194,8 @@ class Models:
                 raise ApiError(str(error), 500) from None
             try:
                 runner = await asyncio.to_thread(
-                    ModelRunner, spec.name, self.store.path(spec.name), wanted, self.threads, self.batch
+                    ModelRunner, spec.name, self.store.path(spec.name), wanted, self.threads, self.batch,
+                    self.fast_batches,
                 )
             except Exception as error:  # noqa: BLE001 - a corrupt file must be a message, not a crash
                 self.runners.pop(spec.name, None)
@@ -252,11 +253,11 @@ def _logprobs_of(info: TokenInfo) -> list[dict[str, Any]]:
     return [entry]
 
 
-def create_app(store: ModelStore, threads: int = 2, batch: bool = True) -> FastAPI:
+def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_batches: bool = False) -> FastAPI:
     app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION,
                   default_response_class=JSONResponse)
     app.add_middleware(BodyLimit)
-    models = Models(store, threads, batch)
+    models = Models(store, threads, batch, fast_batches)
     app.state.models = models
 
     @app.on_event("shutdown")
@@ -322,7 +323,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True) -> FastA
         }
 
     @app.post("/api/generate")
-    async def generate(body: GenerateBody):
+    async def generate(body: GenerateBody, request: Request):
         _check_common(body)
         if body.raw and (body.template or body.system or body.context):
             raise ApiError("raw mode does not support template, system, or context", 400)
@@ -338,10 +339,10 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True) -> FastA
             return {"model": body.model, "created_at": _now(), "_debug_info": {"rendered_template": prompt}}
         if not body.prompt:  # Ollama answers an empty prompt by only loading the model
             return _final_response(body.model, "load", None, load, chat=False, stream=body.stream)
-        return await _answer(runner, body, prompt, load, chat=False)
+        return await _answer(request, runner, body, prompt, load, chat=False)
 
     @app.post("/api/chat")
-    async def chat(body: ChatBody):
+    async def chat(body: ChatBody, request: Request):
         _check_common(body)
         runner, load = await models.get(body.model, body.options.num_ctx)
         messages = [m.model_dump() for m in body.messages]
@@ -350,7 +351,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True) -> FastA
             return {"model": body.model, "created_at": _now(), "_debug_info": {"rendered_template": prompt}}
         if not messages:
             return _final_response(body.model, "load", None, load, chat=True, stream=body.stream)
-        return await _answer(runner, body, prompt, load, chat=True)
+        return await _answer(request, runner, body, prompt, load, chat=True)
 
     return app
 
@@ -406,7 +407,16 @@ def _final_response(model: str, reason: str, done: Completion | None, load: floa
     return final
 
 
-async def _answer(runner: ModelRunner, body: Common, prompt: str, load: float, *, chat: bool):
+async def _cancel_on_disconnect(request: Request, job: Job) -> None:
+    """A client that gives up on a non-streaming answer stops its generation, as in Ollama."""
+    while not job.cancelled.is_set():
+        if await request.is_disconnected():
+            job.cancelled.set()
+            return
+        await asyncio.sleep(0.2)
+
+
+async def _answer(request: Request, runner: ModelRunner, body: Common, prompt: str, load: float, *, chat: bool):
     """Run one job; stream NDJSON chunks, or collect them into one response."""
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[TokenInfo | Completion | EngineError] = asyncio.Queue()
@@ -453,12 +463,16 @@ async def _answer(runner: ModelRunner, body: Common, prompt: str, load: float, *
 
     if not body.stream:
         parts, logprobs, final = [], [], {}
-        async for item in chunks():
-            if item["done"]:
-                final = item
-            else:
-                parts.append(item["message"]["content"] if chat else item["response"])
-                logprobs.extend(item.get("logprobs") or [])
+        watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
+        try:
+            async for item in chunks():
+                if item["done"]:
+                    final = item
+                else:
+                    parts.append(item["message"]["content"] if chat else item["response"])
+                    logprobs.extend(item.get("logprobs") or [])
+        finally:
+            watcher.cancel()
         text = "".join(parts)
         final.update({"message": {"role": "assistant", "content": text}} if chat else {"response": text})
         if body.logprobs:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,18 +72,48 @@ class Job:
     tokens: list[int] = field(default_factory=list)
 
 
+@contextmanager
+def _model_defaults(**fields: object) -> Iterator[None]:
+    """Set llama_model_params fields that llama-cpp-python's Llama() has no argument for.
+
+    Llama() starts from llama_model_default_params(); for the duration, that returns the defaults
+    with `fields` changed. Models load one at a time (the server's model lock), so this is safe.
+    """
+    import llama_cpp.llama as llama_module
+
+    original = llama_module.llama_cpp.llama_model_default_params
+
+    def defaults():
+        params = original()
+        for name, value in fields.items():
+            setattr(params, name, value)
+        return params
+
+    llama_module.llama_cpp.llama_model_default_params = defaults
+    try:
+        yield
+    finally:
+        llama_module.llama_cpp.llama_model_default_params = original
+
+
 class ModelRunner:
     """A loaded model, its KV cache and the thread that owns both."""
 
-    def __init__(self, name: str, path: Path, num_ctx: int, threads: int, batch: bool = True):
+    def __init__(self, name: str, path: Path, num_ctx: int, threads: int, batch: bool = True,
+                 fast_batches: bool = False):
         from llama_cpp import Llama, llama_cpp
 
         self.name, self.path, self.num_ctx = name, path, num_ctx
         self.batch = batch  # False: one request per evaluation, like Ollama with OLLAMA_NUM_PARALLEL=1
-        self.llama = Llama(
-            model_path=str(path), n_ctx=num_ctx, n_batch=512, n_threads=threads,
-            n_threads_batch=threads, logits_all=False, verbose=False,
-        )
+        # Repacked weights have faster batch kernels, but they round a row differently in a batch than
+        # alone, so a verified token could differ from the standard one at a near tie. Without them
+        # (and without llamafile kernels, see scripts/install.sh) every row is computed the same way.
+        with _model_defaults(use_extra_bufts=fast_batches):
+            self.llama = Llama(
+                model_path=str(path), n_ctx=num_ctx, n_batch=512, n_threads=threads,
+                n_threads_batch=threads, logits_all=False, verbose=False,
+            )
+        self.current: Job | None = None
         model = self.llama._model
         self.vocab_size = self.llama.n_vocab()
         # Special tokens keep their text (<|im_start|>): raw prompts contain them and Ollama shows them.
@@ -113,8 +144,11 @@ class ModelRunner:
         self.jobs.put(job)
 
     def close(self) -> None:
+        """Stop the answer in progress, let the worker finish, then free the model (never before)."""
+        if self.current is not None:
+            self.current.cancelled.set()
         self.jobs.put(None)
-        self.thread.join(timeout=30)
+        self.thread.join()
         self.llama.close()
 
     # -- tokenization ---------------------------------------------------------------------------
@@ -128,29 +162,32 @@ class ModelRunner:
         return list(base) + self.llama.tokenize(rest, add_bos=not base, special=True)
 
     def _continue_cache(self, text: bytes) -> list[int]:
-        """The longest run of cached or predicted tokens whose text starts `text`.
+        """The start of `text` as tokens: where a fresh tokenization agrees with the cache, and beyond
+        that, the tokens this model chose itself.
 
-        Where this model itself predicted the token at a position (it generated it, or answered a
-        validator request there) and the text goes on with that token, the prediction wins over
-        what is cached: the text is then the model's own output and must keep its own tokens.
+        Where the model predicted the token at a position (it generated it, or answered a validator
+        request there) and the text goes on with that token, the text is the model's own output and
+        keeps the model's own tokens, as it would in one long generation. Anywhere else the prompt is
+        tokenized as if fresh, so an answer never depends on what an earlier prompt left cached.
         """
+        fresh = self.llama.tokenize(text, add_bos=True, special=True)
         tokens: list[int] = []
         offset = 0
         for position in range(len(self.cached) + 1):
             cached = self.cached[position] if position < len(self.cached) else None
             predicted = self.predicted.get(position)
-            choice = next(
-                (t for t in (predicted, cached)
-                 if t is not None and self.pieces[t] and text.startswith(self.pieces[t], offset)),
-                None,
-            )
-            if choice is None:
+            on_fresh = tokens == fresh[: len(tokens)]
+            if predicted is not None and self.pieces[predicted] and text.startswith(self.pieces[predicted], offset):
+                choice = predicted
+            elif on_fresh and cached is not None and position < len(fresh) and cached == fresh[position]:
+                choice = cached
+            else:
                 break
             tokens.append(choice)
             offset += len(self.pieces[choice])
             if choice != cached:
                 break  # past here the cache holds another text
-        return tokens
+        return fresh if tokens == fresh[: len(tokens)] else tokens
 
     # -- the worker ------------------------------------------------------------------------------
 
@@ -171,7 +208,9 @@ class ModelRunner:
                     break
                 burst.append(more)
             for group in self._nested_groups(burst):
+                self.current = group[-1]
                 self._run_group(group)
+                self.current = None
 
     def _nested_groups(self, burst: list[Job]) -> list[list[Job]]:
         """Tokenize the burst shortest first and chain prompts that extend one another."""
@@ -217,12 +256,7 @@ class ModelRunner:
                 job.on_done(EngineError(f"llama.cpp failed: {error}", 500))
 
     def _evaluate(self, tokens: list[int], first_row: int) -> np.ndarray:
-        """Bring the KV cache to `tokens` and return the logits of positions first_row..end.
-
-        The context's last token is always evaluated on its own, as standard generation does: llama.cpp
-        rounds a row differently inside a batch, and the first token of an answer is often a near tie
-        ("To" or "Assuming") that such rounding would flip.
-        """
+        """Bring the KV cache to `tokens` and return the logits of positions first_row..end."""
         keep = 0
         for cached, wanted in zip(self.cached, tokens[:first_row]):
             if cached != wanted:

@@ -29,7 +29,8 @@ def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
             "and read their answers; the API has no authentication",
             file=sys.stderr,
         )
-    app = create_app(ModelStore(settings.models_dir), threads=os.cpu_count() or 2, batch=batch)
+    app = create_app(ModelStore(settings.models_dir), threads=os.cpu_count() or 2, batch=batch,
+                     fast_batches=settings.fast_batches)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
 
 

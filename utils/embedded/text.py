@@ -19,6 +19,8 @@ class TextAssembler:
         self.stopped = False
 
     def feed(self, piece: bytes) -> str:
+        if self.stopped:
+            return ""  # tokens the worker made before it saw the stop
         self.pending += self.decoder.decode(piece)
         for stop in self.stop:
             at = self.pending.find(stop)
