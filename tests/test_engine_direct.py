@@ -86,3 +86,28 @@ async def test_server_greedy_answer_does_not_depend_on_the_previous_prompt(clien
     answer = await server_greedy(client, prompt)
     assert answer.prompt_eval_count == len(prompt_tokens)
     assert answer.response == llm.detokenize(generated, special=True).decode("utf-8", errors="replace")
+
+
+def batched_against_single(fast_batches: bool) -> float:
+    """Largest logit difference between rows evaluated in one batch and the same rows one at a time."""
+    from utils.embedded.engine import ModelRunner
+
+    path = ModelStore(get_settings().models_dir).path("qwen2.5-coder:0.5b")
+    runner = ModelRunner("qwen2.5-coder:0.5b", path, 1024, threads=2, fast_batches=fast_batches)
+    try:
+        tokens = runner.llama.tokenize(PROMPTS[2].encode() + b"The capital of Italy is Rome, a city", special=True)
+        batched = runner._evaluate(tokens, first_row=len(tokens) - 8)
+        single = np.concatenate([runner._evaluate(tokens[: n + 1], first_row=n) for n in range(len(tokens) - 8, len(tokens))])
+        return float(np.abs(batched - single).max())
+    finally:
+        runner.close()
+
+
+def test_rows_are_computed_the_same_in_a_batch_and_alone():
+    """Why greedy speculation can be exact: with the engine's build and default settings a row's logits
+    do not depend on what else is in its batch. With repacked weights (SPEC_FAST_BATCHES) they do."""
+    exact = batched_against_single(fast_batches=False)
+    fast = batched_against_single(fast_batches=True)
+    print(f"largest logit difference, batch against single: {exact} by default, {fast:.3f} with fast batches")
+    assert exact == 0.0
+    assert fast > 0.0  # the check can tell the two apart
