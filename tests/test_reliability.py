@@ -1,0 +1,338 @@
+"""Reliability: faults (a draft or target server killed or stalled mid-answer), time limits, load,
+a short soak, a fuzz of the embedded API's OpenAPI description, and what the servers expose.
+
+Nothing is lost: a failed draft gives the standard answer; a failed target keeps the partial answer
+and says which server failed; a stalled server is a timeout error, never a hang.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+import os
+import signal
+import time
+import tomllib
+from pathlib import Path
+
+import httpx
+import hypothesis
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase
+
+import utils.embedded.server as embedded_server
+from config import Settings
+from tests.conftest import SMALL
+from utils import soak
+from utils.answer import collect, generate_once, servers
+from utils.client import OllamaServer, ServerError
+from utils.embedded.server import EmbeddedServer
+from utils.hosts import HostError
+from utils.pairs import build_decoder
+from utils.speculative import DoneEvent, FallbackEvent, GenerationError, GenerationRequest, RoundEvent, TextEvent
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = "qwen2.5-coder:0.5b"
+LONG_PROMPT = "Count from 1 to 100, one number per line."
+PROMPT_SET = [json.loads(line) for line in (ROOT / "prompts" / "bench.jsonl").open()]
+PROMPTS = [p["prompt"] for p in PROMPT_SET]
+# llama.cpp rounds a row inside a batch differently from the same row alone, so where the target's two
+# best tokens are this close (log-probability), two correct greedy answers can part. A wrong token
+# (a draft accepted that the target did not choose) shows a wide margin instead.
+NEAR_TIE_NATS = 0.5
+
+
+def settings(**update) -> Settings:
+    return Settings(**{"k_max": 8, "p_min": 0.2, **update})
+
+
+async def answer(url: str, target: str, drafter: str, request: GenerationRequest, **update) -> dict:
+    server = OllamaServer(url)
+    try:
+        return await collect(await build_decoder(settings(**update), server, target, drafter), request)
+    finally:
+        await server.aclose()
+
+
+def pause(server: EmbeddedServer) -> None:
+    os.kill(server.process.pid, signal.SIGSTOP)  # alive, port open, answers nothing
+
+
+def resume(server: EmbeddedServer) -> None:
+    if server.process is not None and server.process.poll() is None:
+        os.kill(server.process.pid, signal.SIGCONT)
+
+
+async def assert_same_answer(url: str, target: str, prompt: str, expected: dict, got: dict) -> float | None:
+    """Greedy answers must be equal; where they part, only at a near tie. Returns the margin there."""
+    if got["text"] == expected["text"]:
+        return None
+    common = next((i for i, (a, b) in enumerate(zip(expected["text"], got["text"])) if a != b),
+                  min(len(expected["text"]), len(got["text"])))
+    start = 0  # the start of the piece in which they part: the target chose that piece
+    for text, _ in got["pieces"]:
+        if start + len(text) > common:
+            break
+        start += len(text)
+    server = OllamaServer(url)
+    try:
+        rendered = await server.render_chat(target, [{"role": "user", "content": prompt}], 4096)
+        step = await server.next_token(target, rendered + got["text"][:start], {"temperature": 0}, 2)
+    finally:
+        await server.aclose()
+    best, second = sorted(step.token.top.values(), reverse=True)[:2]
+    assert best - second < NEAR_TIE_NATS, (best - second, expected["text"], got["text"])
+    return best - second
+
+
+# -- faults ----------------------------------------------------------------------------------------
+
+
+async def test_draft_server_stalled_mid_answer_gives_the_standard_answer(server_url, tmp_path):
+    request = GenerationRequest(prompt=PROMPTS[0], max_tokens=40, k=3)
+    standard = await answer(server_url, QWEN, "none", request)
+    draft_server = EmbeddedServer(log_path=tmp_path / "draft.log")
+    draft_url = draft_server.start()
+    draft_timeout = 10.0  # a healthy draft takes well under a second, but this machine is shared
+    target, draft = OllamaServer(server_url), OllamaServer(draft_url, timeout=120)  # the loop's limit must act
+    pieces, fallbacks, stalled_at, done = [], [], None, None
+    try:
+        await draft.next_token(SMALL, "Hi", {"num_ctx": 4096})  # loaded before the clock matters
+        decoder = await build_decoder(settings(draft_timeout=draft_timeout), target, QWEN, SMALL, draft)
+        async for event in decoder.stream(request):
+            if isinstance(event, RoundEvent) and event.record.drafted and stalled_at is None:
+                pause(draft_server)
+                stalled_at = (len(pieces), time.monotonic())
+            elif isinstance(event, TextEvent):
+                pieces.append(event.text)
+            elif isinstance(event, FallbackEvent):
+                fallbacks.append((event.reason, time.monotonic()))
+            elif isinstance(event, DoneEvent):
+                done = event
+    finally:
+        resume(draft_server)
+        draft_server.stop()
+        await target.aclose()
+        await draft.aclose()
+    assert stalled_at is not None and stalled_at[0] < len(pieces)
+    assert done.text == "".join(pieces) == standard["text"]
+    [(reason, at)] = fallbacks
+    assert "took too long" in reason and SMALL in reason
+    assert draft_timeout - 0.5 < at - stalled_at[1] < draft_timeout + 10  # the draft limit, not a hang
+    assert done.stats.fallbacks and done.stats.fallbacks[0].reason == reason
+    assert done.stats.standard_tokens > 0
+
+
+async def test_target_server_killed_mid_answer_keeps_the_partial_answer_then_a_retry_works(server_url, tmp_path):
+    request = GenerationRequest(prompt=LONG_PROMPT, max_tokens=60, k=3)
+    standard = await answer(server_url, SMALL, "none", request)
+    target_server = EmbeddedServer(log_path=tmp_path / "target.log")
+    url = target_server.start()
+    target = OllamaServer(url)
+    pieces = []
+    try:
+        decoder = await build_decoder(settings(), target, SMALL, "lookup")
+        with pytest.raises(GenerationError) as caught:
+            async for event in decoder.stream(request):
+                if isinstance(event, TextEvent):
+                    pieces.append(event.text)
+                    if len(pieces) == 4:
+                        target_server.process.kill()  # SIGKILL: open streams are cut
+                        target_server.process.wait()
+        error = caught.value
+        assert url in error.message, error.message  # which server failed
+        assert error.partial == "".join(pieces) and error.partial, error.partial
+        assert standard["text"].startswith(error.partial) and len(error.partial) < len(standard["text"])
+
+        # The same server comes back on the same address: the same decoder answers in full.
+        restarted = EmbeddedServer(port=target_server.port, log_path=tmp_path / "restarted.log")
+        restarted.start()
+        try:
+            result = await collect(decoder, request)
+        finally:
+            restarted.stop()
+        await assert_same_answer(server_url, SMALL, LONG_PROMPT, standard, result)
+    finally:
+        target_server.stop()
+        await target.aclose()
+
+
+async def test_a_stalled_target_is_a_timeout_error_not_a_hang(server_url, tmp_path):
+    limit = 3.0
+    request = GenerationRequest(prompt=LONG_PROMPT, max_tokens=60, k=3)
+    standard = await answer(server_url, SMALL, "none", request)
+    target_server = EmbeddedServer(log_path=tmp_path / "target.log")
+    url = target_server.start()
+    quick = settings(connect_timeout=limit, request_timeout=limit, verify_timeout=limit)
+    target, _ = servers(quick, url)
+    try:
+        # Mid-answer: the partial answer is kept and the error names the server and the limit.
+        decoder = await build_decoder(quick, target, SMALL, "lookup")
+        pieces, stalled_at = [], None
+        with pytest.raises(GenerationError) as caught:
+            async for event in decoder.stream(request):
+                if isinstance(event, TextEvent):
+                    pieces.append(event.text)
+                    if len(pieces) == 4:
+                        pause(target_server)
+                        stalled_at = time.monotonic()
+        waited = time.monotonic() - stalled_at
+        assert waited < 2 * limit + 10, waited  # at most a verification and a standard read
+        assert f"the Ollama server at {url} did not answer within {limit:g} s" in caught.value.message
+        assert caught.value.partial == "".join(pieces) and standard["text"].startswith(caught.value.partial)
+
+        # Before any answer: every entry point gives up within its limit.
+        started = time.monotonic()
+        with pytest.raises(ServerError, match="did not answer within"):
+            await target.show(SMALL)
+        with pytest.raises(HostError, match=f"cannot reach the Ollama server at {url}"):
+            await generate_once(quick, request, target=SMALL, drafter="none", host=url)
+        assert time.monotonic() - started < 2 * limit + 10
+
+        resume(target_server)  # and it serves again (the default limits: it first clears what piled up)
+        await assert_same_answer(server_url, SMALL, LONG_PROMPT, standard, await answer(url, SMALL, "lookup", request))
+    finally:
+        resume(target_server)
+        target_server.stop()
+        await target.aclose()
+
+
+async def test_every_network_call_has_a_time_limit(server_url):
+    defaults = Settings()
+    assert 0 < defaults.connect_timeout <= 30
+    assert 0 < defaults.draft_timeout <= defaults.verify_timeout <= defaults.request_timeout <= 600
+    custom = settings(connect_timeout=1.5, request_timeout=7, draft_timeout=2)
+    target, draft = servers(custom, server_url, server_url)
+    try:
+        assert target.client._client.timeout == httpx.Timeout(7, connect=1.5)
+        assert draft.client._client.timeout == httpx.Timeout(2, connect=1.5)
+    finally:
+        await target.aclose()
+        await draft.aclose()
+    bare = OllamaServer(server_url)  # even without settings: finite limits
+    try:
+        timeout = bare.client._client.timeout
+        assert all(value is not None and value > 0 for value in (timeout.connect, timeout.read, timeout.write))
+    finally:
+        await bare.aclose()
+
+
+# -- load ------------------------------------------------------------------------------------------
+
+# Editing and summarising prompts: prompt lookup finds drafts in them, so every answer speculates.
+LOAD_PROMPTS = [p["prompt"] for c in ("edit", "summarize") for p in PROMPT_SET if p["category"] == c][::3][:8]
+
+
+async def test_eight_concurrent_speculative_answers_equal_their_single_runs(server_url):
+    requests = [GenerationRequest(prompt=prompt, max_tokens=24, k=3) for prompt in LOAD_PROMPTS]
+    # One at a time, standard generation: what every greedy answer must be, speculative or not.
+    single = [await answer(server_url, QWEN, "none", request) for request in requests]
+    together = await asyncio.gather(*(answer(server_url, QWEN, "lookup", request) for request in requests))
+    divergences = []
+    for prompt, alone, loaded in zip(LOAD_PROMPTS, single, together):
+        assert loaded["stats"]["output_tokens"] > 0
+        margin = await assert_same_answer(server_url, QWEN, prompt, alone, loaded)
+        if margin is not None:
+            divergences.append(round(margin, 3))
+    assert len(divergences) <= len(LOAD_PROMPTS) // 4, divergences
+    assert sum(1 for result in together if result["stats"]["accepted_tokens"] > 0) >= 6  # they did speculate
+
+
+def test_soak_keeps_memory_bounded_and_fails_nothing(capsys):
+    """A short run of the soak command (the full one: python -m utils.soak --requests 300)."""
+    code = soak.main(["--requests", "40", "--time-limit", "240", "--concurrency", "4"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "failures: 0" in out and "server RSS: after start-up" in out
+    sent = int(out.split("requests sent: ")[1].split()[0])
+    assert sent >= 40
+
+
+# -- fuzzing the embedded API ---------------------------------------------------------------------
+
+FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", 25))  # per operation and mode; a bounded run on a shared two-core machine
+
+
+def tame(case) -> None:
+    """Keep generated requests cheap: a real model in about half of them, few tokens, no reloads."""
+    body = case.body
+    if not isinstance(body, dict):
+        return
+    if "model" in body and isinstance(body["model"], str) and len(repr(body)) % 2 == 0:
+        body["model"] = SMALL
+    options = body.get("options", {})
+    if isinstance(options, dict):
+        if isinstance(options.get("num_predict", -1), int):
+            options["num_predict"] = 2
+        options.pop("num_ctx", None)  # every new context size reloads the model
+        body["options"] = options
+
+
+def test_fuzzing_the_openapi_description_finds_no_server_errors(server_url):
+    schema = schemathesis.openapi.from_url(f"{server_url}/openapi.json")
+    assert {"/api/show", "/api/generate", "/api/chat"} <= set(schema.raw_schema["paths"])
+    seen: list[tuple[str, int]] = []
+
+    def fuzz(path: str, mode: schemathesis.GenerationMode) -> None:
+        @hypothesis.given(case=schema[path]["POST"].as_strategy(generation_mode=mode))
+        @hypothesis.settings(max_examples=FUZZ_EXAMPLES, deadline=None, database=None, derandomize=True,
+                             phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+        def check(case) -> None:
+            tame(case)
+            response = case.call(base_url=server_url, timeout=120)
+            seen.append((path, response.status_code))
+            assert response.status_code < 500, (case.body, response.status_code, response.text[:500])
+            if response.status_code >= 400:
+                assert isinstance(response.json().get("error"), str), response.text[:500]
+
+        check()
+
+    for path in ("/api/show", "/api/generate", "/api/chat"):
+        for mode in (schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGATIVE):
+            fuzz(path, mode)
+    statuses = {status for _, status in seen}
+    print(sorted(Counter(seen).items()))
+    assert 200 in statuses and statuses & {400, 404}, statuses  # both real answers and refusals were fuzzed
+    assert httpx.get(f"{server_url}/api/version", timeout=60).status_code == 200
+
+
+# -- security -------------------------------------------------------------------------------------
+
+
+async def test_the_api_has_only_its_ollama_endpoints_and_reads_no_arbitrary_file(server_url):
+    async with httpx.AsyncClient(base_url=server_url, timeout=60) as http:
+        paths = set((await http.get("/openapi.json")).json()["paths"])
+        assert paths == {"/", "/api/version", "/api/tags", "/api/ps", "/api/show", "/api/generate", "/api/chat"}
+        # Ollama's endpoints that write or read files are not there.
+        for method, path in (("POST", "/api/pull"), ("POST", "/api/create"), ("POST", "/api/push"),
+                             ("POST", "/api/copy"), ("DELETE", "/api/delete"), ("POST", "/api/blobs/sha256:00"),
+                             ("GET", "/../../etc/passwd"), ("GET", "/api/show?model=/etc/passwd")):
+            reply = await http.request(method, path, json={"model": SMALL, "source": "/etc/passwd"})
+            assert reply.status_code in (404, 405), (path, reply.status_code)
+            assert "root:" not in reply.text
+        show = (await http.post("/api/show", json={"model": SMALL})).json()
+        assert show["modelfile"] == f"FROM {Settings().models_dir / 'SmolLM2-135M-Instruct.Q4_1.gguf'}"
+
+
+def test_servers_listen_on_localhost_by_default_and_say_what_binding_elsewhere_means(monkeypatch, capsys):
+    assert EmbeddedServer().url.startswith("http://127.0.0.1:")
+    assert Settings().embedded_host == "127.0.0.1"
+    import cli
+
+    serve = cli.build_parser().parse_args(["serve"])
+    assert serve.host == "127.0.0.1"
+    streamlit = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
+    assert streamlit["server"]["address"] == "127.0.0.1"
+
+    import uvicorn
+
+    calls = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
+    embedded_server.serve("127.0.0.1", 1, Settings())
+    assert capsys.readouterr().err == ""
+    embedded_server.serve("0.0.0.0", 1, Settings())
+    warning = capsys.readouterr().err
+    assert "warning: listening on 0.0.0.0" in warning and "no authentication" in warning
+    assert [c["host"] for c in calls] == ["127.0.0.1", "0.0.0.0"]
