@@ -245,7 +245,10 @@ async def test_server_binary_invalid_utf8_and_malformed_bodies_are_400(server_ur
     wrong_fields = {
         "/api/generate": wrong + [b'{"model": "smollm2:135m", "prompt": 5}', b'{"model": "smollm2:135m", "raw": []}'],
         "/api/chat": wrong + [b'{"model": "smollm2:135m", "messages": "hi"}',
-                              b'{"model": "smollm2:135m", "messages": [{"content": "no role"}]}'],
+                              b'{"model": "smollm2:135m", "messages": [{"content": "no role"}]}',
+                              # Extra fields reach the chat template, which cannot render these.
+                              b'{"model": "qwen2.5-coder:0.5b", "messages": [{"role": "assistant", "content": "x",'
+                              b' "tool_calls": "abc"}], "stream": false, "options": {"num_predict": 1}}'],
         "/api/show": [b'{"model": "smollm2:135m", "verbose": "very"}'],
     }
     async with httpx.AsyncClient(base_url=server_url, timeout=120) as http:
