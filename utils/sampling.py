@@ -48,8 +48,8 @@ def distribution(values: np.ndarray, options: SamplingOptions) -> tuple[np.ndarr
         keep = np.argpartition(-values, options.top_k - 1)[: options.top_k]
         candidates, values = candidates[keep], values[keep]
     order = np.argsort(-values, kind="stable")
-    candidates, values = candidates[order], values[order] / options.temperature
-    probs = np.exp(values - values[0])
+    candidates, values = candidates[order], values[order]
+    probs = np.exp((values - values[0]) / options.temperature)  # peak first: a tiny temperature cannot overflow
     probs /= probs.sum()
     if 0.0 < options.top_p < 1.0:
         cut = int(np.searchsorted(np.cumsum(probs), options.top_p)) + 1
