@@ -24,7 +24,6 @@ import cli
 from config import Settings
 from tests.conftest import SMALL
 from tests.test_app import data_dir, navigation_app, open_app, short_answers  # noqa: F401 - fixtures
-from tests.test_reliability import assert_same_answer
 from utils.answer import collect
 from utils.client import OllamaServer, ServerError
 from utils.embedded.models import ModelError, ModelStore
@@ -193,7 +192,7 @@ async def test_emoji_and_right_to_left_text_round_trip(server_url, drafter):
     assert "שלום" in standard["text"] and "مرحبا" in standard["text"], standard["text"]
     assert "".join(text for text, _ in speculative["pieces"]) == speculative["text"]
     assert speculative["stats"]["drafted_tokens"] > 0
-    await assert_same_answer(server_url, QWEN, EMOJI_RTL, standard, speculative)  # equal, or parted at a near tie
+    assert speculative["text"] == standard["text"]
 
 
 async def test_stop_strings_empty_or_across_a_token_boundary(server_url):

@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, Phase
 import utils.embedded.server as embedded_server
 from config import Settings
 from tests.conftest import SMALL
+from tests.test_speculative import answer, settings
 from utils import soak
 from utils.answer import collect, generate_once, servers
 from utils.client import OllamaServer, ServerError
@@ -38,22 +39,6 @@ QWEN = "qwen2.5-coder:0.5b"
 LONG_PROMPT = "Count from 1 to 100, one number per line."
 PROMPT_SET = [json.loads(line) for line in (ROOT / "prompts" / "bench.jsonl").open()]
 PROMPTS = [p["prompt"] for p in PROMPT_SET]
-# llama.cpp rounds a row inside a batch differently from the same row alone, so where the target's two
-# best tokens are this close (log-probability), two correct greedy answers can part. A wrong token
-# (a draft accepted that the target did not choose) shows a wide margin instead.
-NEAR_TIE_NATS = 0.5
-
-
-def settings(**update) -> Settings:
-    return Settings(**{"k_max": 8, "p_min": 0.2, **update})
-
-
-async def answer(url: str, target: str, drafter: str, request: GenerationRequest, **update) -> dict:
-    server = OllamaServer(url)
-    try:
-        return await collect(await build_decoder(settings(**update), server, target, drafter), request)
-    finally:
-        await server.aclose()
 
 
 def pause(server: EmbeddedServer) -> None:
@@ -65,26 +50,6 @@ def resume(server: EmbeddedServer) -> None:
         os.kill(server.process.pid, signal.SIGCONT)
 
 
-async def assert_same_answer(url: str, target: str, prompt: str, expected: dict, got: dict) -> float | None:
-    """Greedy answers must be equal; where they part, only at a near tie. Returns the margin there."""
-    if got["text"] == expected["text"]:
-        return None
-    common = next((i for i, (a, b) in enumerate(zip(expected["text"], got["text"])) if a != b),
-                  min(len(expected["text"]), len(got["text"])))
-    start = 0  # the start of the piece in which they part: the target chose that piece
-    for text, _ in got["pieces"]:
-        if start + len(text) > common:
-            break
-        start += len(text)
-    server = OllamaServer(url)
-    try:
-        rendered = await server.render_chat(target, [{"role": "user", "content": prompt}], 4096)
-        step = await server.next_token(target, rendered + got["text"][:start], {"temperature": 0}, 2)
-    finally:
-        await server.aclose()
-    best, second = sorted(step.token.top.values(), reverse=True)[:2]
-    assert best - second < NEAR_TIE_NATS, (best - second, expected["text"], got["text"])
-    return best - second
 
 
 # -- faults ----------------------------------------------------------------------------------------
@@ -153,7 +118,7 @@ async def test_target_server_killed_mid_answer_keeps_the_partial_answer_then_a_r
             result = await collect(decoder, request)
         finally:
             restarted.stop()
-        await assert_same_answer(server_url, SMALL, LONG_PROMPT, standard, result)
+        assert result["text"] == standard["text"]
     finally:
         target_server.stop()
         await target.aclose()
@@ -192,7 +157,7 @@ async def test_a_stalled_target_is_a_timeout_error_not_a_hang(server_url, tmp_pa
         assert time.monotonic() - started < 2 * limit + 10
 
         resume(target_server)  # and it serves again (the default limits: it first clears what piled up)
-        await assert_same_answer(server_url, SMALL, LONG_PROMPT, standard, await answer(url, SMALL, "lookup", request))
+        assert (await answer(url, SMALL, "lookup", request))["text"] == standard["text"]
     finally:
         resume(target_server)
         target_server.stop()
@@ -234,13 +199,9 @@ async def test_eight_concurrent_speculative_answers_equal_their_single_runs(serv
     together = await asyncio.gather(*(answer(server_url, QWEN, "lookup", request) for request in requests))
     print(f"8 standard answers one by one: {alone_s:.0f} s; 8 speculative at once: "
           f"{time.monotonic() - started - alone_s:.0f} s")
-    divergences = []
-    for prompt, alone, loaded in zip(LOAD_PROMPTS, single, together):
+    for alone, loaded in zip(single, together):
         assert loaded["stats"]["output_tokens"] > 0
-        margin = await assert_same_answer(server_url, QWEN, prompt, alone, loaded)
-        if margin is not None:
-            divergences.append(round(margin, 3))
-    assert len(divergences) <= len(LOAD_PROMPTS) // 4, divergences
+        assert loaded["text"] == alone["text"]
     assert sum(1 for result in together if result["stats"]["accepted_tokens"] > 0) >= 6  # they did speculate
 
 
