@@ -1,0 +1,76 @@
+"""The benchmark command on a tiny prompt set: results, report, plots, and resuming a broken run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from config import Settings
+from tests.conftest import ROOT, SMALL
+from utils.bench import BenchConfig, load_prompts, run_bench
+
+PROMPTS = [
+    {"id": "code-1", "category": "code", "prompt": "def add(a, b):", "chat": False, "max_tokens": 8},
+    {"id": "chat-1", "category": "chat", "prompt": "Say hello.", "chat": True, "max_tokens": 8},
+]
+
+
+@pytest.fixture
+def bench_config(tmp_path, server_url) -> BenchConfig:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    return BenchConfig(prompts_file=prompts, target=SMALL, drafters=["lookup"], out_dir=tmp_path / "run",
+                       host=server_url)
+
+
+def test_results_report_and_plots(bench_config, tmp_path):
+    steps = []
+    out = run_bench(Settings(data_dir=tmp_path), bench_config, lambda done, total, label: steps.append((done, total)))
+    data = json.loads((out / "results.json").read_text())
+    assert {"config", "machine", "server", "started", "runs"} <= set(data)
+    assert sorted((r["prompt_id"], r["drafter"]) for r in data["runs"]) == [
+        ("chat-1", "lookup"), ("chat-1", "none"), ("code-1", "lookup"), ("code-1", "none")]
+    for run in data["runs"]:
+        assert {"category", "repeat", "k", "target", "text", "stats", "finished"} <= set(run)
+        assert run["stats"]["output_tokens"] <= 8 and run["stats"]["tokens_per_second"] > 0
+    assert steps[-1] == (4, 4)
+    report = (out / "report.md").read_text()
+    assert "## code" in report and "## chat" in report and "| lookup | auto |" in report
+    for plot in ("speedup", "acceptance_by_position", "tokens_per_second_by_k"):
+        assert (out / f"{plot}.html").stat().st_size > 1000
+
+
+def test_an_interrupted_run_resumes_where_it_stopped(bench_config, tmp_path):
+    settings = Settings(data_dir=tmp_path)
+    out = run_bench(settings, bench_config)
+    results = out / "results.json"
+    data = json.loads(results.read_text())
+    kept, lost = data["runs"][:3], data["runs"][3]
+    results.write_text(json.dumps({**data, "runs": kept}))  # as if it had died before the last run
+    run_bench(settings, bench_config)
+    resumed = json.loads(results.read_text())["runs"]
+    assert resumed[:3] == kept  # finished runs are not redone
+    assert (resumed[3]["prompt_id"], resumed[3]["drafter"]) == (lost["prompt_id"], lost["drafter"])
+    assert resumed[3]["finished"] > lost["finished"]
+
+
+def test_a_broken_prompt_file_is_reported_with_its_line(tmp_path):
+    prompts = tmp_path / "bad.jsonl"
+    prompts.write_text(json.dumps(PROMPTS[0]) + "\n" + '{"id": "x", "prompt": "no category"}\n')
+    with pytest.raises(ValueError, match=r"bad.jsonl:2: missing category"):
+        load_prompts(BenchConfig(prompts_file=prompts, target=SMALL, drafters=["lookup"]))
+    result = subprocess.run([sys.executable, str(ROOT / "cli.py"), "bench", "--prompts", str(prompts),
+                             "--target", SMALL, "--draft", "lookup", "--host", "http://127.0.0.1:9"],
+                            capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("error:") and "Traceback" not in result.stderr
+
+
+def test_the_shipped_prompt_set_is_varied_enough():
+    prompts = load_prompts(BenchConfig(prompts_file=ROOT / "prompts" / "bench.jsonl", target=SMALL, drafters=[]))
+    assert len(prompts) >= 40
+    assert {p["category"] for p in prompts} == {"code", "edit", "summarize", "chat"}
+    assert len({p["id"] for p in prompts}) == len(prompts)
