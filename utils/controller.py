@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 SMOOTHING = 0.2  # weight of the newest measurement in the running averages
-PROBE_EVERY = 4  # standard segments between two speculative probes while K = 0
+PROBE_EVERY = 4  # standard segments between two speculative probes while K = 0 ...
+MAX_PROBE_EVERY = 64  # ... doubled after each probe that did not pay, up to this
 MARGIN = 1.02  # speculation must beat standard by this factor: noise should not tip it
 
 
@@ -29,6 +30,7 @@ class DraftLengthController:
     draft_seconds_per_token: float | None = None
     standard_seconds_per_token: float | None = None
     standard_streak: int = 0
+    probe_every: int = PROBE_EVERY
 
     def __post_init__(self) -> None:
         if not self.acceptance:
@@ -66,7 +68,7 @@ class DraftLengthController:
             return 0  # measure standard speed first: the answer starts as fast as it would anyway
         best = max(range(1, cap + 1), key=self.speculative_rate)
         pays = self.speculative_rate(best) > MARGIN / self.standard_seconds_per_token
-        if pays or self.standard_streak >= PROBE_EVERY:
+        if pays or self.standard_streak >= self.probe_every:
             return best
         return 0
 
@@ -74,6 +76,12 @@ class DraftLengthController:
 
     def record_round(self, k: int, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
         self.standard_streak = 0
+        if self.standard_seconds_per_token is not None:
+            # A probe costs more than a standard step (the draft reads the whole context first): when
+            # one does not pay, wait twice as long for the next.
+            rate = (accepted + 1) / max(draft_seconds + verify_seconds, 1e-6)
+            paid = rate * self.standard_seconds_per_token > MARGIN
+            self.probe_every = PROBE_EVERY if paid else min(2 * self.probe_every, MAX_PROBE_EVERY)
         if drafted:
             self.draft_seconds_per_token = _blend(self.draft_seconds_per_token, draft_seconds / drafted)
             self.verify_seconds[drafted] = _blend(self.verify_seconds.get(drafted), verify_seconds)
