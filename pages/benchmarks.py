@@ -1,23 +1,15 @@
 """Benchmarks: run the benchmark suite on chosen models, see its plots and table, browse past runs."""
 
-import importlib.util
 from pathlib import Path
 
 import streamlit as st
 
-from utils import ui
+from utils import bench, ui
 from utils.pairs import LOOKUP
 
 settings, server, choices = ui.current()
 
 st.title("Benchmarks")
-if importlib.util.find_spec("utils.bench") is None:
-    st.info("The benchmark suite (utils/bench.py) is not part of this installation yet, so benchmarks cannot "
-            "run here. Update the project to a version that includes it; the other pages work without it.")
-    st.stop()
-
-from utils import bench  # noqa: E402 - only once we know it exists
-
 if server is not None and choices is not None:
     prompts_file = st.text_input("Prompt set (JSON lines, relative to the project folder)", "prompts/bench.jsonl",
                                  key="bench_prompts")

@@ -7,7 +7,6 @@ and the smallest model as target, with short answers to keep the suite quick on 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 from pathlib import Path
 
@@ -265,13 +264,6 @@ def test_models_pair_advisor_measures_and_recommends(data_dir):
         assert advice.candidates[0].tokens_per_second > advice.standard.tokens_per_second
 
 
-@pytest.mark.skipif(importlib.util.find_spec("utils.bench") is not None, reason="utils/bench.py exists")
-def test_benchmarks_page_says_when_the_suite_is_missing(data_dir):
-    at = open_app("pages/benchmarks.py")
-    assert "not part of this installation" in at.info[0].value
-
-
-@pytest.mark.skipif(importlib.util.find_spec("utils.bench") is None, reason="utils/bench.py not written yet")
 def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
     at = open_app("pages/benchmarks.py")
     categories = at.multiselect(key="bench_categories")
