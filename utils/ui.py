@@ -611,7 +611,7 @@ def compare(settings: Settings, url: str, choices: Choices, prompt: str, standar
     for position, mode in enumerate(order):
         with columns[mode]:
             st.caption("ran first" if position == 0 else "ran second")
-            answers[mode] = stream_answer(settings, url, choices, request, charts=False, highlight=True,
+            answers[mode] = stream_answer(settings, url, choices, request, charts=False,
                                           drafter=NONE if mode == "standard" else choices.drafter)
     if answers["standard"].stats:
         remember_baseline(store(settings), url, answers["standard"].stats, "standard run on the Compare page")
