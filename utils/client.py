@@ -6,7 +6,6 @@ engine can fall back or report without knowing about httpx or ollama's exception
 
 from __future__ import annotations
 
-import codecs
 import re
 from collections.abc import AsyncIterator
 from contextlib import aclosing

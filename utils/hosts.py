@@ -48,6 +48,3 @@ def target_host(settings: Settings, explicit: str | None = None) -> str:
         atexit.register(_embedded.stop)
     return _embedded.url
 
-
-def is_embedded_running() -> bool:
-    return _embedded is not None
