@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 SMOOTHING = 0.2  # weight of the newest measurement in the running averages
 PROBE_EVERY = 4  # standard segments between two speculative probes while K = 0 ...
 MAX_PROBE_EVERY = 64  # ... doubled after each probe that did not pay, up to this
+SEGMENT_TOKENS = 16  # a standard segment between two decisions while K = 0 ...
+MAX_SEGMENT_TOKENS = 128  # ... longer while probes keep failing: each segment is a new request
 MARGIN = 1.02  # speculation must beat standard by this factor: noise should not tip it
 
 
@@ -71,6 +73,11 @@ class DraftLengthController:
         if pays or self.standard_streak >= self.probe_every:
             return best
         return 0
+
+    def segment_tokens(self) -> int:
+        """Tokens of the next standard segment. Each one is a new request that re-reads the last
+        context token, so segments grow as speculation keeps not paying."""
+        return min(SEGMENT_TOKENS * self.probe_every // PROBE_EVERY, MAX_SEGMENT_TOKENS)
 
     # -- learning ------------------------------------------------------------------------------
 

@@ -27,7 +27,6 @@ from utils.sampling import SamplingOptions
 from utils.stats import AnswerStats, Fallback, RoundRecord
 from utils.validator import PromptPrefixValidator, choose_method
 
-SEGMENT_TOKENS = 16  # a standard segment between two decisions while K = 0
 SHORT_SEGMENT_TOKENS = 4  # after an empty draft: a few tokens, then try drafting again
 
 
@@ -215,7 +214,7 @@ class SpeculativeDecoder:
             k = 0 if drafter is None or short_segment else controller.choose(limit)
             if k == 0:
                 tokens = output.remaining if drafter is None else (SHORT_SEGMENT_TOKENS if short_segment
-                                                                    else SEGMENT_TOKENS)
+                                                                    else controller.segment_tokens())
                 async for event in self._standard(context, output, options, tokens, rng, resume_seed,
                                                   controller, stats, started):
                     yield emitted([event])[0] if isinstance(event, TextEvent) else event
