@@ -127,6 +127,8 @@ class PromptPrefixValidator:
                 verdict.ended = True
             elif "\ufffd" not in choice:
                 verdict.pieces.append((choice, origin))
+            # else: only part of a character; standard generation draws that position again, a tiny
+            # bias towards whole characters in this rare case (a prompt cannot end inside one).
             break
         return verdict
 
