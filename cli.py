@@ -91,12 +91,14 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from utils.bench import BenchConfig, run_bench
     from utils.client import ServerError
+    from utils.embedded.models import ModelError
     from utils.hosts import HostError
+    from utils.native import NativeError
 
     config = BenchConfig(
         prompts_file=Path(args.prompts), target=args.target, drafters=args.draft or [get_settings().draft_model],
         ks=args.k or ["auto"], repeat=args.repeat, out_dir=Path(args.out) if args.out else None, limit=args.limit,
-        max_tokens=args.max_tokens, categories=args.category, host=args.host,
+        max_tokens=args.max_tokens, categories=args.category, host=args.host, native=args.native,
     )
 
     def progress(done: int, total: int, label: str) -> None:
@@ -111,7 +113,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("\ninterrupted: finished runs are saved in results.json; run the same command again to resume",
               file=sys.stderr)
         return 130
-    except (HostError, ServerError, ValueError, OSError) as error:
+    except (HostError, ServerError, ModelError, NativeError, ValueError, OSError) as error:
         print(f"\nerror: {getattr(error, 'message', None) or error}", file=sys.stderr)
         return 1
     print(f"\n{(out_dir / 'report.md').read_text()}\nwritten to {out_dir}")
@@ -200,6 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--max-tokens", type=int, default=None, help="override each prompt's max_tokens")
     bench.add_argument("--out", default=None, help="output folder (default: DATA_DIR/bench/TIMESTAMP); reuse it to resume")
     bench.add_argument("--host", default=None)
+    bench.add_argument("--native", action="store_true",
+                       help="also run llama.cpp's own speculative decoding (llama-server), built on first use")
     bench.set_defaults(run=cmd_bench)
     return parser
 

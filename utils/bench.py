@@ -10,6 +10,10 @@ tokens/s of the same prompt and repeat. The bound is what the speculative rounds
 (tokens per speculative round / seconds per speculative round) x seconds per standard token. It is
 the speed-up if every round were like the measured ones; below 1, speculation cannot pay on this
 machine and the adaptive controller should fall back to K = 0.
+
+With `native`, llama.cpp's own llama-server (utils/native.py) answers the same prompts too, plainly
+and with its own speculative decoding, interleaved with the rest; its speed-up is measured against
+its own plain decoding, so the report shows both engines' speed-ups on the same machine and prompts.
 """
 
 from __future__ import annotations
@@ -26,13 +30,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from config import Settings
 from utils.answer import collect, servers
-from utils.pairs import build_decoder
+from utils.client import OllamaServer
+from utils.embedded.models import ModelStore
+from utils.native import ANCHOR, NativeServer, server_binary, speculation_args
+from utils.pairs import LOOKUP, build_decoder
+from utils.pairs import NONE as STANDARD
 from utils.speculative import GenerationRequest
 
 Progress = Callable[[int, int, str], None]
-STANDARD = "none"
+PROJECT, NATIVE = "project", "llama.cpp"  # the engines a run can come from
 
 
 @dataclass
@@ -48,10 +58,16 @@ class BenchConfig:
     categories: list[str] | None = None
     host: str | None = None
     temperature: float = 0.0
+    native: bool = False  # also run llama.cpp's own llama-server, plain and speculative
 
-    def configurations(self) -> list[tuple[str, str]]:
-        """(drafter, k) pairs, standard first."""
-        return [(STANDARD, "0")] + [(d, k) for d in self.drafters if d != STANDARD for k in self.ks]
+    def configurations(self) -> list[tuple[str, str, str]]:
+        """(engine, drafter, k) triples, each engine's standard first."""
+        speculative = [(d, k) for d in self.drafters if d != STANDARD for k in self.ks if k != "0"]
+        project = [(PROJECT, STANDARD, "0")] + [(PROJECT, d, k) for d in self.drafters if d != STANDARD
+                                                 for k in self.ks]
+        if not self.native:
+            return project
+        return project + [(NATIVE, STANDARD, "0")] + [(NATIVE, d, k) for d, k in speculative]
 
 
 def load_prompts(config: BenchConfig) -> list[dict[str, Any]]:
@@ -89,14 +105,55 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version()}
 
 
+def _engine(run: dict[str, Any]) -> str:
+    return run.get("engine", PROJECT)  # results.json from before the anchor existed has no engine
+
+
 def _run_key(run: dict[str, Any]) -> tuple:
-    return run["prompt_id"], run["repeat"], run["drafter"], run["k"]
+    return run["prompt_id"], run["repeat"], _engine(run), run["drafter"], run["k"]
 
 
 def _save(path: Path, data: dict[str, Any]) -> None:
     partial = path.with_suffix(".partial")
     partial.write_text(json.dumps(data, indent=1, ensure_ascii=False))
     os.replace(partial, path)
+
+
+def _start_anchors(settings: Settings, config: BenchConfig) -> dict[tuple[str, str], NativeServer]:
+    """One llama-server per native (drafter, K), on the bundled GGUF files of the same model names."""
+    store = ModelStore(settings.models_dir)
+
+    def model_file(name: str) -> Path:
+        if not store.is_installed(name):
+            store.install(name)
+        store.verify(name)
+        return store.path(name)
+
+    binary = server_binary()
+    target = model_file(config.target)
+    anchors: dict[tuple[str, str], NativeServer] = {}
+    try:
+        for engine, drafter, k in config.configurations():
+            if engine != NATIVE:
+                continue
+            draft = model_file(drafter) if drafter not in (STANDARD, LOOKUP) else None
+            anchor = NativeServer(binary, target, speculation_args(drafter, k, draft),
+                                  threads=os.cpu_count() or 2, num_ctx=settings.num_ctx)
+            anchors[(drafter, k)] = anchor
+            anchor.start()
+    except BaseException:
+        for anchor in anchors.values():
+            anchor.stop()
+        raise
+    return anchors
+
+
+async def _raw_prompt(target: OllamaServer, config: BenchConfig, settings: Settings, prompt: dict[str, Any]) -> str:
+    """The exact text the project's target sees for `prompt`, for llama-server's raw /completion."""
+    if not prompt.get("chat", True):
+        return prompt["prompt"]
+    return await target.render_chat(config.target, [{"role": "user", "content": prompt["prompt"]}],
+                                    settings.num_ctx)
 
 
 async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progress: Progress | None) -> dict:
@@ -109,38 +166,53 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     done = {_run_key(run) for run in data["runs"]}
     plan = []
     for repeat in range(config.repeat):
-        for prompt in prompts:
+        for number, prompt in enumerate(prompts):
             order = config.configurations()
-            if (repeat + len(plan)) % 2:
+            if (repeat + number) % 2:
                 order = order[::-1]  # alternate who goes first
-            plan.extend((prompt, repeat, drafter, k) for drafter, k in order)
+            plan.extend((prompt, repeat, *configuration) for configuration in order)
     target, _ = servers(settings, config.host)
     data["server"] = {"url": target.url, "version": ".".join(map(str, await target.version())),
                       "embedded": await target.is_embedded()}
     decoders = {}
+    anchors: dict[tuple[str, str], NativeServer] = {}
     try:
-        for drafter, _ in config.configurations():  # load every model before anything is timed
-            decoders[drafter] = await build_decoder(settings, target, config.target, drafter)
-            await collect(decoders[drafter], GenerationRequest(prompt="Hello", max_tokens=4, k=2))
-        for index, (prompt, repeat, drafter, k) in enumerate(plan, start=1):
-            label = f"{prompt['id']} #{repeat + 1} {drafter} k={k}"
-            if (prompt["id"], repeat, drafter, k) in done:
-                continue
-            if progress:
-                progress(index - 1, len(plan), label)
-            request = GenerationRequest(
-                prompt=prompt["prompt"], raw=not prompt.get("chat", True),
-                max_tokens=config.max_tokens or prompt.get("max_tokens", 128),
-                temperature=config.temperature, seed=repeat, k=None if k == "auto" else int(k),
-            )
-            result = await collect(decoders[drafter], request)
-            data["runs"].append({"prompt_id": prompt["id"], "category": prompt["category"], "repeat": repeat,
-                                 "drafter": drafter, "k": k, "target": config.target, "text": result["text"],
-                                 "stats": result["stats"], "finished": time.time()})
-            _save(results_path, data)
+        for engine, drafter, _ in config.configurations():  # load every model before anything is timed
+            if engine == PROJECT and drafter not in decoders:
+                decoders[drafter] = await build_decoder(settings, target, config.target, drafter)
+                await collect(decoders[drafter], GenerationRequest(prompt="Hello", max_tokens=4, k=2))
+        if config.native:
+            anchors = await asyncio.to_thread(_start_anchors, settings, config)
+            data["native"] = {"anchor": ANCHOR, "commands": {f"{d} k={k}": a.command for (d, k), a in anchors.items()}}
+        async with httpx.AsyncClient(timeout=settings.request_timeout) as client:
+            for anchor in anchors.values():
+                await anchor.complete(client, "Hello", 4, config.temperature, seed=0)
+            for index, (prompt, repeat, engine, drafter, k) in enumerate(plan, start=1):
+                if (prompt["id"], repeat, engine, drafter, k) in done:
+                    continue
+                if progress:
+                    engine_label = "" if engine == PROJECT else f"{engine}:"
+                    progress(index - 1, len(plan), f"{prompt['id']} #{repeat + 1} {engine_label}{drafter} k={k}")
+                max_tokens = config.max_tokens or prompt.get("max_tokens", 128)
+                if engine == PROJECT:
+                    request = GenerationRequest(
+                        prompt=prompt["prompt"], raw=not prompt.get("chat", True), max_tokens=max_tokens,
+                        temperature=config.temperature, seed=repeat, k=None if k == "auto" else int(k),
+                    )
+                    result = await collect(decoders[drafter], request)
+                else:
+                    raw = await _raw_prompt(target, config, settings, prompt)
+                    result = await anchors[(drafter, k)].complete(client, raw, max_tokens, config.temperature,
+                                                                  seed=repeat)
+                data["runs"].append({"prompt_id": prompt["id"], "category": prompt["category"], "repeat": repeat,
+                                     "engine": engine, "drafter": drafter, "k": k, "target": config.target,
+                                     "text": result["text"], "stats": result["stats"], "finished": time.time()})
+                _save(results_path, data)
         if progress:
             progress(len(plan), len(plan), "done")
     finally:
+        for anchor in anchors.values():
+            anchor.stop()
         await target.aclose()
     return data
 
@@ -169,19 +241,22 @@ def _quartiles(values: list[float]) -> tuple[float, float]:
 
 
 def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per category and configuration (and one 'all' row per configuration)."""
-    standard = {(r["prompt_id"], r["repeat"]): r for r in data["runs"] if r["drafter"] == STANDARD}
+    """One row per category and configuration (and one 'all' row per configuration).
+
+    Each engine's speculative runs are compared with that engine's own standard runs."""
+    standard = {(_engine(r), r["prompt_id"], r["repeat"]): r for r in data["runs"] if r["drafter"] == STANDARD}
     rows = []
-    configurations = sorted({(r["drafter"], r["k"]) for r in data["runs"] if r["drafter"] != STANDARD})
+    configurations = sorted({(_engine(r), r["drafter"], r["k"]) for r in data["runs"] if r["drafter"] != STANDARD},
+                            key=lambda c: (c[0] != PROJECT, c))
     categories = sorted({r["category"] for r in data["runs"]}) + ["all"]
-    for drafter, k in configurations:
+    for engine, drafter, k in configurations:
         for category in categories:
-            runs = [r for r in data["runs"] if (r["drafter"], r["k"]) == (drafter, k)
+            runs = [r for r in data["runs"] if (_engine(r), r["drafter"], r["k"]) == (engine, drafter, k)
                     and (category == "all" or r["category"] == category)
-                    and (r["prompt_id"], r["repeat"]) in standard]
+                    and (engine, r["prompt_id"], r["repeat"]) in standard]
             if not runs:
                 continue
-            pairs = [(standard[(r["prompt_id"], r["repeat"])], r) for r in runs]
+            pairs = [(standard[(engine, r["prompt_id"], r["repeat"])], r) for r in runs]
             speedups = [s["stats"]["tokens_per_second"] and r["stats"]["tokens_per_second"] / s["stats"]["tokens_per_second"]
                         for s, r in pairs]
             drafted = sum(r["stats"]["drafted_tokens"] for r in runs)
@@ -198,17 +273,40 @@ def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
             low, high = _quartiles(speedups)
             speedup = _median(speedups)
             rows.append({
-                "category": category, "drafter": drafter, "k": k, "runs": len(runs),
+                "category": category, "engine": engine, "drafter": drafter, "k": k, "runs": len(runs),
                 "standard_tps": _median([s["stats"]["tokens_per_second"] for s, _ in pairs]),
                 "speculative_tps": _median([r["stats"]["tokens_per_second"] for r in runs]),
                 "speedup": speedup, "speedup_p25": low, "speedup_p75": high,
-                "acceptance": accepted / drafted if drafted else 0.0,
+                "drafted": drafted, "acceptance": accepted / drafted if drafted else 0.0,
                 "mean_acceptance_length": 1 + accepted / drafts if drafts else 0.0,
                 "identical_rate": sum(s["text"] == r["text"] for s, r in pairs) / len(pairs),
                 "bound": bound, "of_bound": speedup / bound if bound and bound == bound else float("nan"),
                 "mean_k": statistics.fmean([k for r in runs for k in r["stats"]["k_history"]] or [0]),
             })
     return rows
+
+
+def plain_decoding(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per category (and 'all'): the project's standard generation against llama.cpp's plain decoding
+    of the same prompts and repeats. Empty without a native run."""
+    plain = {(_engine(r), r["prompt_id"], r["repeat"]): r for r in data["runs"] if r["drafter"] == STANDARD}
+    pairs = [(r, plain[(NATIVE, r["prompt_id"], r["repeat"])]) for (engine, *_), r in plain.items()
+             if engine == PROJECT and (NATIVE, r["prompt_id"], r["repeat"]) in plain]
+    rows = []
+    for category in sorted({p["category"] for p, _ in pairs}) + ["all"]:
+        mine = [(p, n) for p, n in pairs if category == "all" or p["category"] == category]
+        if mine:
+            rows.append({
+                "category": category, "runs": len(mine),
+                "project_tps": _median([p["stats"]["tokens_per_second"] for p, _ in mine]),
+                "native_tps": _median([n["stats"]["tokens_per_second"] for _, n in mine]),
+                "identical_rate": sum(p["text"] == n["text"] for p, n in mine) / len(mine),
+            })
+    return rows
+
+
+def _number(value: float, form: str = "{:.2f}") -> str:
+    return "-" if value != value or not value else form.format(value)  # nan or 0: not measured
 
 
 def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
@@ -221,24 +319,38 @@ def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"{', embedded llama.cpp' if host.get('embedded') else ''})",
         f"- Prompts: {config['prompts_file']}, repeats: {config['repeat']}, temperature {config['temperature']}",
         f"- Runs: {len(data['runs'])}, started {data['started']}",
+    ]
+    if "native" in data:
+        lines.append(f"- Anchor: llama-server from {data['native']['anchor']}, weight repacking on; "
+                     "its rows compare its speculative decoding with its own plain decoding")
+    lines += [
         "",
         "Speed-up: median of speculative / standard tokens/s over the same prompts and repeats (p25-p75).",
         "Bound: the speed-up the measured speculative rounds allow (tokens per round / round time x standard "
-        "time per token). Identical: greedy answers equal to the standard answer.",
+        "time per token). Identical: greedy answers equal to the same engine's standard answer.",
         "",
     ]
     for category in sorted({r["category"] for r in rows}, key=lambda c: (c == "all", c)):
         lines += [f"## {category}", "",
-                  "| drafter | K | standard tok/s | speculative tok/s | speed-up (p25-p75) | acceptance | "
+                  "| engine | drafter | K | standard tok/s | speculative tok/s | speed-up (p25-p75) | acceptance | "
                   "mean acc. length | mean K | bound | of bound | identical |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in (r for r in rows if r["category"] == category):
             lines.append(
-                f"| {r['drafter']} | {r['k']} | {r['standard_tps']:.1f} | {r['speculative_tps']:.1f} | "
-                f"{r['speedup']:.2f}x ({r['speedup_p25']:.2f}-{r['speedup_p75']:.2f}) | {r['acceptance']:.0%} | "
-                f"{r['mean_acceptance_length']:.2f} | {r['mean_k']:.1f} | {r['bound']:.2f}x | {r['of_bound']:.0%} | "
-                f"{r['identical_rate']:.0%} |"
+                f"| {r['engine']} | {r['drafter']} | {r['k']} | {r['standard_tps']:.1f} | {r['speculative_tps']:.1f} | "
+                f"{r['speedup']:.2f}x ({r['speedup_p25']:.2f}-{r['speedup_p75']:.2f}) | "
+                f"{format(r['acceptance'], '.0%') if r['drafted'] else '-'} | "
+                f"{_number(r['mean_acceptance_length'])} | {_number(r['mean_k'], '{:.1f}')} | "
+                f"{_number(r['bound'], '{:.2f}x')} | {_number(r['of_bound'], '{:.0%}')} | {r['identical_rate']:.0%} |"
             )
+        lines.append("")
+    plain = plain_decoding(data)
+    if plain:
+        lines += ["## Plain decoding: the project's standard generation against llama-server", "",
+                  "| category | runs | project tok/s | llama.cpp tok/s | project / llama.cpp | identical |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {r['category']} | {r['runs']} | {r['project_tps']:.1f} | {r['native_tps']:.1f} | "
+                  f"{r['project_tps'] / r['native_tps']:.2f}x | {r['identical_rate']:.0%} |" for r in plain]
         lines.append("")
     return "\n".join(lines)
 
@@ -249,18 +361,21 @@ def figures(data: dict[str, Any]) -> dict[str, Any]:
 
     rows = [r for r in summarize(data) if r["category"] != "all"]
     speedup = go.Figure()
-    for drafter, k in sorted({(r["drafter"], r["k"]) for r in rows}):
-        mine = [r for r in rows if (r["drafter"], r["k"]) == (drafter, k)]
-        speedup.add_bar(name=f"{drafter} k={k}", x=[r["category"] for r in mine], y=[r["speedup"] for r in mine],
+    for engine, drafter, k in dict.fromkeys((r["engine"], r["drafter"], r["k"]) for r in rows):
+        mine = [r for r in rows if (r["engine"], r["drafter"], r["k"]) == (engine, drafter, k)]
+        label = f"{drafter} k={k}" if engine == PROJECT else f"{engine} {drafter} k={k}"
+        speedup.add_bar(name=label, x=[r["category"] for r in mine], y=[r["speedup"] for r in mine],
                         error_y={"type": "data", "symmetric": False,
                                  "array": [r["speedup_p75"] - r["speedup"] for r in mine],
                                  "arrayminus": [r["speedup"] - r["speedup_p25"] for r in mine]})
     speedup.add_hline(y=1.0, line_dash="dot")
     speedup.update_layout(title="Speed-up over standard generation", yaxis_title="x standard", barmode="group")
 
+    # llama-server reports no per-draft detail: the other two plots show the project's runs only.
+    project = [r for r in data["runs"] if _engine(r) == PROJECT]
     acceptance = go.Figure()
-    for drafter in sorted({r["drafter"] for r in data["runs"] if r["drafter"] != STANDARD}):
-        rounds = [x for r in data["runs"] if r["drafter"] == drafter for x in r["stats"]["rounds"] if x["drafted"]]
+    for drafter in sorted({r["drafter"] for r in project if r["drafter"] != STANDARD}):
+        rounds = [x for r in project if r["drafter"] == drafter for x in r["stats"]["rounds"] if x["drafted"]]
         longest = max((x["drafted"] for x in rounds), default=0)
         rates = []
         for position in range(longest):
@@ -271,12 +386,12 @@ def figures(data: dict[str, Any]) -> dict[str, Any]:
                              yaxis_range=[0, 1.05])
 
     by_k = go.Figure()
-    for drafter in sorted({r["drafter"] for r in data["runs"] if r["drafter"] != STANDARD}):
-        runs = [r for r in data["runs"] if r["drafter"] == drafter]
+    for drafter in sorted({r["drafter"] for r in project if r["drafter"] != STANDARD}):
+        runs = [r for r in project if r["drafter"] == drafter]
         by_k.add_scatter(name=drafter, mode="markers",
                          x=[statistics.fmean(r["stats"]["k_history"] or [0]) for r in runs],
                          y=[r["stats"]["tokens_per_second"] for r in runs])
-    standard = [r["stats"]["tokens_per_second"] for r in data["runs"] if r["drafter"] == STANDARD]
+    standard = [r["stats"]["tokens_per_second"] for r in project if r["drafter"] == STANDARD]
     if standard:
         by_k.add_hline(y=_median(standard), line_dash="dot", annotation_text="standard (median)")
     by_k.update_layout(title="Tokens/s against draft length", xaxis_title="mean K of the answer",

