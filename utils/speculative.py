@@ -25,6 +25,7 @@ from utils.controller import DraftLengthController, controller_for
 from utils.drafters import Drafter
 from utils.sampling import SamplingOptions
 from utils.stats import AnswerStats, Fallback, RoundRecord
+from utils.stops import held_back
 from utils.validator import PromptPrefixValidator, choose_method
 
 SHORT_SEGMENT_TOKENS = 4  # after an empty draft: a few tokens, then try drafting again
@@ -130,19 +131,12 @@ class Output:
         if self.tokens >= self.max_tokens:
             self.done_reason = "length"
             return self._release(len(self.generated))
-        hold = max((self._overlap(s) for s in self.stop), default=0)
-        return self._release(len(self.generated) - hold)
+        return self._release(len(self.generated) - held_back(self.generated[self.released:], self.stop))
 
     def end(self, reason: str) -> list[TextEvent]:
         """The model stopped: whatever was held back for a stop string is final now."""
         self.done_reason = self.done_reason or reason
         return self._release(len(self.generated))
-
-    def _overlap(self, stop: str) -> int:
-        for size in range(min(len(stop) - 1, len(self.generated) - self.released), 0, -1):
-            if self.generated.endswith(stop[:size]):
-                return size
-        return 0
 
     def _release(self, upto: int) -> list[TextEvent]:
         """Emit pending pieces up to character `upto` of `generated`; split one piece if needed."""

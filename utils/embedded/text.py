@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import codecs
 
+from utils.stops import held_back
+
 
 class TextAssembler:
     """Feeds token bytes in and releases text that is final.
@@ -28,8 +30,7 @@ class TextAssembler:
                 self.stopped = True
                 text, self.pending = self.pending[:at], ""
                 return text
-        hold = max((self._overlap(stop) for stop in self.stop), default=0)
-        text = self.pending[: len(self.pending) - hold]
+        text = self.pending[: len(self.pending) - held_back(self.pending, self.stop)]
         self.pending = self.pending[len(text) :]
         return text
 
@@ -39,10 +40,3 @@ class TextAssembler:
             return ""
         text, self.pending = self.pending + self.decoder.decode(b"", final=True), ""
         return text
-
-    def _overlap(self, stop: str) -> int:
-        """Length of the longest end of `pending` that is a beginning of `stop`."""
-        for size in range(min(len(stop) - 1, len(self.pending)), 0, -1):
-            if self.pending.endswith(stop[:size]):
-                return size
-        return 0

