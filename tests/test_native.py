@@ -51,7 +51,7 @@ def test_bench_native_measures_llama_cpp_beside_the_project(tmp_path, server_url
         (p["id"], engine, drafter) for p in PROMPTS for engine in (PROJECT, NATIVE) for drafter in ("none", DRAFT))
     commands = data["native"]["commands"]
     assert "-md" not in commands["none k=0"]
-    assert commands[f"{DRAFT} k=auto"][-4:-2] == ["draft-simple", "-md"]
+    assert commands[f"{DRAFT} k=auto"][-4:-1] == ["--spec-type", "draft-simple", "-md"]
     native = {(r["prompt_id"], r["drafter"]): r for r in data["runs"] if r["engine"] == NATIVE}
     for (prompt_id, drafter), run in native.items():
         assert 0 < run["stats"]["output_tokens"] <= 24 and run["stats"]["tokens_per_second"] > 0
