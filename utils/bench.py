@@ -35,8 +35,8 @@ import httpx
 from config import Settings
 from utils.answer import collect, servers
 from utils.client import OllamaServer
-from utils.embedded.models import ModelStore
-from utils.native import ANCHOR, NativeServer, server_binary, speculation_args
+from utils.embedded.models import ModelStore, normalize_name
+from utils.native import ANCHOR, NativeError, NativeServer, server_binary, speculation_args
 from utils.pairs import LOOKUP, build_decoder
 from utils.pairs import NONE as STANDARD
 from utils.speculative import GenerationRequest
@@ -124,6 +124,9 @@ def _start_anchors(settings: Settings, config: BenchConfig) -> dict[tuple[str, s
     store = ModelStore(settings.models_dir)
 
     def model_file(name: str) -> Path:
+        if normalize_name(name) not in store.catalogue:
+            raise NativeError(f"--native runs llama-server on the bundled model files, and '{name}' is not one "
+                              "of them (see: python cli.py models list)")
         if not store.is_installed(name):
             store.install(name)
         store.verify(name)

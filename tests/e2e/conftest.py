@@ -17,7 +17,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.conftest import DRAFT
-from utils.embedded.server import free_port
+from utils.processes import free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("SPEC_E2E_CHROMIUM", "/usr/bin/chromium"))
@@ -60,12 +60,7 @@ def app_url(server_url: str, tmp_path_factory) -> Iterator[str]:
         _wait_healthy(process, url, log_path)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process, grace=15)
 
 
 def _wait_healthy(process: subprocess.Popen, url: str, log_path: Path) -> None:

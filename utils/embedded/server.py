@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +12,7 @@ import httpx
 
 from config import Settings
 from utils.embedded.models import ModelStore
+from utils.processes import free_port, stop_process
 
 CLI = Path(__file__).resolve().parents[2] / "cli.py"
 
@@ -32,12 +31,6 @@ def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
     app = create_app(ModelStore(settings.models_dir), threads=os.cpu_count() or 2, batch=batch,
                      fast_batches=settings.fast_batches)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class EmbeddedServer:
@@ -70,14 +63,7 @@ class EmbeddedServer:
         raise RuntimeError(f"the embedded server did not answer on {self.url} within {timeout:.0f} s")
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.kill(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        stop_process(self.process, grace=15)
 
     def __enter__(self) -> "EmbeddedServer":
         self.start()
