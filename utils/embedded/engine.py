@@ -17,6 +17,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,12 @@ from utils.sampling import SamplingOptions, log_sum_exp, sample
 # After a one-token request, the worker waits until the requests stop coming: a quiet gap, or a cap.
 BURST_GAP_SECONDS = 0.006
 BURST_MAX_SECONDS = 0.040
+
+# llama.cpp computes with OpenMP, and libgomp keeps a team of threads for each thread that calls it.
+# With a team per loaded model there are more OpenMP threads than cores, and libgomp then stops
+# spinning between steps: the target decoded about 15% slower once a draft model was loaded beside
+# it. Every model's evaluations run on this one thread instead, so there is one team in all.
+_COMPUTE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
 
 
 class EngineError(Exception):
@@ -279,7 +286,7 @@ class ModelRunner:
         for start in range(0, len(tokens), self.llama.n_batch):
             chunk = tokens[start : start + self.llama.n_batch]
             batch.set_batch(batch=chunk, n_past=len(self.cached), logits_all=with_logits)
-            ctx.decode(batch)
+            _COMPUTE.submit(ctx.decode, batch).result()
             self.cached.extend(chunk)
             if with_logits:
                 flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(len(chunk) * self.vocab_size,))
