@@ -85,9 +85,10 @@ class DraftLengthController:
         self.standard_streak = 0
         if self.standard_seconds_per_token is not None:
             # A probe costs more than a standard step (the draft reads the whole context first): when
-            # one does not pay, wait twice as long for the next.
+            # one does not pay, wait twice as long for the next. An empty draft never pays: nothing
+            # was verified, and the standard segment that follows it is one more request.
             rate = (accepted + 1) / max(draft_seconds + verify_seconds, 1e-6)
-            paid = rate * self.standard_seconds_per_token > MARGIN
+            paid = drafted > 0 and rate * self.standard_seconds_per_token > MARGIN
             self.probe_every = PROBE_EVERY if paid else min(2 * self.probe_every, MAX_PROBE_EVERY)
         if drafted:
             self.draft_seconds_per_token = _blend(self.draft_seconds_per_token, draft_seconds / drafted)
