@@ -62,12 +62,11 @@ class BenchConfig:
 
     def configurations(self) -> list[tuple[str, str, str]]:
         """(engine, drafter, k) triples, each engine's standard first."""
-        speculative = [(d, k) for d in self.drafters if d != STANDARD for k in self.ks if k != "0"]
-        project = [(PROJECT, STANDARD, "0")] + [(PROJECT, d, k) for d in self.drafters if d != STANDARD
-                                                 for k in self.ks]
-        if not self.native:
-            return project
-        return project + [(NATIVE, STANDARD, "0")] + [(NATIVE, d, k) for d, k in speculative]
+        speculative = [(d, k) for d in self.drafters if d != STANDARD for k in self.ks]
+        configurations = [(PROJECT, STANDARD, "0")] + [(PROJECT, d, k) for d, k in speculative]
+        if self.native:  # K = 0 would be llama-server's plain decoding again
+            configurations += [(NATIVE, STANDARD, "0")] + [(NATIVE, d, k) for d, k in speculative if k != "0"]
+        return configurations
 
 
 def load_prompts(config: BenchConfig) -> list[dict[str, Any]]:
@@ -107,6 +106,11 @@ def machine() -> dict[str, Any]:
 
 def _engine(run: dict[str, Any]) -> str:
     return run.get("engine", PROJECT)  # results.json from before the anchor existed has no engine
+
+
+def _plain_runs(data: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
+    """Each engine's standard runs, by (engine, prompt id, repeat)."""
+    return {(_engine(r), r["prompt_id"], r["repeat"]): r for r in data["runs"] if r["drafter"] == STANDARD}
 
 
 def _run_key(run: dict[str, Any]) -> tuple:
@@ -151,12 +155,18 @@ def _start_anchors(settings: Settings, config: BenchConfig) -> dict[tuple[str, s
     return anchors
 
 
-async def _raw_prompt(target: OllamaServer, config: BenchConfig, settings: Settings, prompt: dict[str, Any]) -> str:
-    """The exact text the project's target sees for `prompt`, for llama-server's raw /completion."""
-    if not prompt.get("chat", True):
-        return prompt["prompt"]
-    return await target.render_chat(config.target, [{"role": "user", "content": prompt["prompt"]}],
-                                    settings.num_ctx)
+async def _raw_prompts(target: OllamaServer, config: BenchConfig, settings: Settings,
+                       prompts: list[dict[str, Any]]) -> dict[str, str]:
+    """The exact text the project's target sees for each prompt, by id, for llama-server's raw
+    /completion: a chat prompt through the target's own template."""
+    raw = {}
+    for prompt in prompts:
+        if prompt.get("chat", True):
+            raw[prompt["id"]] = await target.render_chat(
+                config.target, [{"role": "user", "content": prompt["prompt"]}], settings.num_ctx)
+        else:
+            raw[prompt["id"]] = prompt["prompt"]
+    return raw
 
 
 async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progress: Progress | None) -> dict:
@@ -179,12 +189,14 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                       "embedded": await target.is_embedded()}
     decoders = {}
     anchors: dict[tuple[str, str], NativeServer] = {}
+    raw_prompts: dict[str, str] = {}
     try:
         for engine, drafter, _ in config.configurations():  # load every model before anything is timed
             if engine == PROJECT and drafter not in decoders:
                 decoders[drafter] = await build_decoder(settings, target, config.target, drafter)
                 await collect(decoders[drafter], GenerationRequest(prompt="Hello", max_tokens=4, k=2))
         if config.native:
+            raw_prompts = await _raw_prompts(target, config, settings, prompts)
             anchors = await asyncio.to_thread(_start_anchors, settings, config)
             data["native"] = {"anchor": ANCHOR, "commands": {f"{d} k={k}": a.command for (d, k), a in anchors.items()}}
         async with httpx.AsyncClient(timeout=settings.request_timeout) as client:
@@ -204,9 +216,8 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                     )
                     result = await collect(decoders[drafter], request)
                 else:
-                    raw = await _raw_prompt(target, config, settings, prompt)
-                    result = await anchors[(drafter, k)].complete(client, raw, max_tokens, config.temperature,
-                                                                  seed=repeat)
+                    result = await anchors[(drafter, k)].complete(client, raw_prompts[prompt["id"]], max_tokens,
+                                                                  config.temperature, seed=repeat)
                 data["runs"].append({"prompt_id": prompt["id"], "category": prompt["category"], "repeat": repeat,
                                      "engine": engine, "drafter": drafter, "k": k, "target": config.target,
                                      "text": result["text"], "stats": result["stats"], "finished": time.time()})
@@ -247,7 +258,7 @@ def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per category and configuration (and one 'all' row per configuration).
 
     Each engine's speculative runs are compared with that engine's own standard runs."""
-    standard = {(_engine(r), r["prompt_id"], r["repeat"]): r for r in data["runs"] if r["drafter"] == STANDARD}
+    standard = _plain_runs(data)
     rows = []
     configurations = sorted({(_engine(r), r["drafter"], r["k"]) for r in data["runs"] if r["drafter"] != STANDARD},
                             key=lambda c: (c[0] != PROJECT, c))
@@ -292,7 +303,7 @@ def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
 def plain_decoding(data: dict[str, Any]) -> list[dict[str, Any]]:
     """Per category (and 'all'): the project's standard generation against llama.cpp's plain decoding
     of the same prompts and repeats. Empty without a native run."""
-    plain = {(_engine(r), r["prompt_id"], r["repeat"]): r for r in data["runs"] if r["drafter"] == STANDARD}
+    plain = _plain_runs(data)
     pairs = [(r, plain[(NATIVE, r["prompt_id"], r["repeat"])]) for (engine, *_), r in plain.items()
              if engine == PROJECT and (NATIVE, r["prompt_id"], r["repeat"]) in plain]
     rows = []

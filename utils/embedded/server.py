@@ -5,14 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
-
-import httpx
 
 from config import Settings
 from utils.embedded.models import ModelStore
-from utils.processes import free_port, stop_process
+from utils.processes import free_port, stop_process, wait_until_healthy
 
 CLI = Path(__file__).resolve().parents[2] / "cli.py"
 
@@ -50,17 +47,11 @@ class EmbeddedServer:
             + ([] if self.batch else ["--no-batch"]),
             stdout=log, stderr=log, start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the embedded server exited with code {self.process.returncode}")
-            try:
-                httpx.get(f"{self.url}/api/version", timeout=1.0).raise_for_status()
-                return self.url
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"the embedded server did not answer on {self.url} within {timeout:.0f} s")
+        problem = wait_until_healthy(self.process, f"{self.url}/api/version", timeout)
+        if problem:
+            self.stop()
+            raise RuntimeError(f"the embedded server {problem}")
+        return self.url
 
     def stop(self) -> None:
         stop_process(self.process, grace=15)
