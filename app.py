@@ -7,7 +7,7 @@ settings), leaves them in st.session_state for the pages, then runs the page tha
 import streamlit as st
 
 from config import get_settings
-from utils import ui
+from utils.app import ui
 
 st.set_page_config(page_title="Speculative decoding for Ollama", page_icon="⚡", layout="wide")
 

@@ -40,10 +40,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from utils.answer import generate_once
-    from utils.client import ServerError
+    from utils.hosts import generate_once
+    from utils.engine.client import ServerError
     from utils.hosts import HostError
-    from utils.speculative import GenerationError, GenerationRequest
+    from utils.engine.events import GenerationError
+    from utils.engine.request import GenerationRequest
 
     try:
         settings = get_settings().model_copy(update={
@@ -89,11 +90,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from utils.bench import BenchConfig, run_bench
-    from utils.client import ServerError
+    from utils.bench.runner import BenchConfig, run_bench
+    from utils.engine.client import ServerError
     from utils.embedded.models import ModelError
     from utils.hosts import HostError
-    from utils.native import NativeError
+    from utils.bench.native import NativeError
 
     config = BenchConfig(
         prompts_file=Path(args.prompts), target=args.target, drafters=args.draft or [get_settings().draft_model],

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import streamlit as st
 
-from utils import bench, ui
-from utils.pairs import LOOKUP
+from utils.app import ui
+from utils.bench import runner as bench
+from utils.engine.pairs import LOOKUP
 
 settings, server, choices = ui.current()
 

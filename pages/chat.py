@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from utils import ui
+from utils.app import ui
 
 settings, server, choices = ui.require_server()
 conversations = ui.store(settings)

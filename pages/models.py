@@ -2,9 +2,9 @@
 
 import streamlit as st
 
-from utils import ui
-from utils.advisor import ADVISOR_MAX_TOKENS, ADVISOR_PROMPTS
-from utils.pairs import LOOKUP
+from utils.app import ui
+from utils.bench.advisor import ADVISOR_MAX_TOKENS, ADVISOR_PROMPTS
+from utils.engine.pairs import LOOKUP
 
 settings, server, choices = ui.current()
 

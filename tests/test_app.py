@@ -17,10 +17,10 @@ from streamlit.testing.v1 import AppTest
 
 import config
 from tests.conftest import SMALL
-from utils.advisor import check_parallel
-from utils.client import OllamaServer
+from utils.bench.advisor import check_parallel
+from utils.engine.client import OllamaServer
 from utils.embedded.server import EmbeddedServer
-from utils.store import ConversationStore
+from utils.app.store import ConversationStore
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT = 240  # seconds for one script run; answers are short but the CPU is shared

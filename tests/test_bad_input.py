@@ -24,13 +24,14 @@ import cli
 from config import Settings
 from tests.conftest import SMALL
 from tests.test_app import data_dir, navigation_app, open_app, short_answers  # noqa: F401 - fixtures
-from utils.answer import collect
-from utils.client import OllamaServer, ServerError
+from utils.engine.answer import collect
+from utils.engine.client import OllamaServer, ServerError
 from utils.embedded.models import ModelError, ModelStore
 from utils.embedded.server import EmbeddedServer
-from utils.pairs import build_decoder
-from utils.speculative import GenerationError, GenerationRequest
-from utils.store import ConversationStore
+from utils.engine.pairs import build_decoder
+from utils.engine.events import GenerationError
+from utils.engine.request import GenerationRequest
+from utils.app.store import ConversationStore
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = "qwen2.5-coder:0.5b"

@@ -10,7 +10,7 @@ import pytest
 
 from config import Settings
 from tests.conftest import ROOT, SMALL
-from utils.bench import BenchConfig, load_prompts, run_bench
+from utils.bench.runner import BenchConfig, load_prompts, run_bench
 
 PROMPTS = [
     {"id": "code-1", "category": "code", "prompt": "def add(a, b):", "chat": False, "max_tokens": 8},

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from utils.controller import PROBE_EVERY, DraftLengthController
+from utils.engine.controller import PROBE_EVERY, DraftLengthController
 
 
 def test_an_empty_draft_is_a_probe_that_did_not_pay():

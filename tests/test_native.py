@@ -14,8 +14,8 @@ import pytest
 
 from config import Settings
 from tests.conftest import DRAFT, TARGET
-from utils.bench import NATIVE, PROJECT, BenchConfig, run_bench
-from utils.native import NativeError, NativeServer, server_binary, speculation_args
+from utils.bench.runner import NATIVE, PROJECT, BenchConfig, run_bench
+from utils.bench.native import NativeError, NativeServer, server_binary, speculation_args
 
 PROMPTS = [
     {"id": "code-1", "category": "code", "prompt": "def fibonacci(n):", "chat": False, "max_tokens": 24},

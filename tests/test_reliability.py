@@ -26,13 +26,15 @@ import utils.embedded.server as embedded_server
 from config import Settings
 from tests.conftest import SMALL
 from tests.test_speculative import answer, settings
-from utils import soak
-from utils.answer import collect, generate_once, servers
-from utils.client import OllamaServer, ServerError
+from utils.bench import soak
+from utils.engine.answer import collect
+from utils.hosts import generate_once, servers
+from utils.engine.client import OllamaServer, ServerError
 from utils.embedded.server import EmbeddedServer
 from utils.hosts import HostError
-from utils.pairs import build_decoder
-from utils.speculative import DoneEvent, FallbackEvent, GenerationError, GenerationRequest, RoundEvent, TextEvent
+from utils.engine.pairs import build_decoder
+from utils.engine.events import DoneEvent, FallbackEvent, GenerationError, RoundEvent, TextEvent
+from utils.engine.request import GenerationRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = "qwen2.5-coder:0.5b"
@@ -206,7 +208,7 @@ async def test_eight_concurrent_speculative_answers_equal_their_single_runs(serv
 
 
 def test_soak_keeps_memory_bounded_and_fails_nothing(capsys):
-    """A short run of the soak command (the full one: python -m utils.soak --requests 300)."""
+    """A short run of the soak command (the full one: python -m utils.bench.soak --requests 300)."""
     code = soak.main(["--requests", "40", "--time-limit", "240", "--concurrency", "4"])
     out = capsys.readouterr().out
     assert code == 0, out

@@ -11,12 +11,13 @@ import pytest
 
 from config import Settings
 from tests.conftest import DRAFT, SMALL, TARGET
-from utils.answer import collect
-from utils.client import OllamaServer
+from utils.engine.answer import collect
+from utils.engine.client import OllamaServer
 from utils.embedded.server import EmbeddedServer
-from utils.pairs import build_decoder
+from utils.engine.pairs import build_decoder
 from utils.sampling import SamplingOptions, text_distribution
-from utils.speculative import DoneEvent, FallbackEvent, GenerationRequest, RoundEvent, TextEvent
+from utils.engine.events import DoneEvent, FallbackEvent, RoundEvent, TextEvent
+from utils.engine.request import GenerationRequest
 
 PROMPTS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" / "bench.jsonl").open()]
 # 32 varied prompts: the first 8 of each category (code, editing code, summarising, open chat).

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from utils.store import DEFAULT_TITLE, ConversationStore, stats_summary
+from utils.app.store import DEFAULT_TITLE, ConversationStore, stats_summary
 
 STATS = {
     "mode": "speculative", "target": "smollm2:135m", "drafter": "lookup", "output_tokens": 12,

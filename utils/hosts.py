@@ -1,13 +1,20 @@
-"""Which server to talk to: OLLAMA_HOST (or --host) when given, else the embedded one, started here."""
+"""Which server to talk to: OLLAMA_HOST (or --host) when given, else the embedded one, started here;
+and one whole answer on the chosen servers, for the CLI and tests."""
 
 from __future__ import annotations
 
 import atexit
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
 from config import Settings
 from utils.embedded.models import ModelStore
+from utils.engine.answer import collect
+from utils.engine.client import OllamaServer
+from utils.engine.request import GenerationRequest
+from utils.engine.pairs import build_decoder
 from utils.embedded.server import EmbeddedServer
 
 
@@ -48,3 +55,24 @@ def target_host(settings: Settings, explicit: str | None = None) -> str:
         atexit.register(_embedded.stop)
     return _embedded.url
 
+
+def servers(settings: Settings, host: str | None = None, draft_host: str | None = None) -> tuple[OllamaServer, OllamaServer | None]:
+    target = OllamaServer(target_host(settings, host), connect_timeout=settings.connect_timeout,
+                          timeout=settings.request_timeout)
+    draft = None
+    if draft_host:
+        draft = OllamaServer(draft_host, connect_timeout=settings.connect_timeout, timeout=settings.draft_timeout)
+    return target, draft
+
+
+async def generate_once(settings: Settings, request: GenerationRequest, *, target: str, drafter: str,
+                        host: str | None = None, draft_host: str | None = None,
+                        echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+    target_server, draft_server = servers(settings, host, draft_host)
+    try:
+        decoder = await build_decoder(settings, target_server, target, drafter, draft_server)
+        return await collect(decoder, request, echo)
+    finally:
+        await target_server.aclose()
+        if draft_server:
+            await draft_server.aclose()

@@ -14,10 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from config import Settings
-from utils.answer import collect
-from utils.client import OllamaServer, ServerError
-from utils.pairs import LOOKUP, NONE, build_decoder, tokenizer_relation
-from utils.speculative import GenerationError, GenerationRequest
+from utils.engine.answer import collect
+from utils.engine.client import OllamaServer, ServerError
+from utils.engine.pairs import LOOKUP, NONE, build_decoder, tokenizer_relation
+from utils.engine.events import GenerationError
+from utils.engine.request import GenerationRequest
 
 # Short, everyday prompts of the kinds people ask: code, explanation, a list.
 ADVISOR_PROMPTS = (

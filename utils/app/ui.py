@@ -1,7 +1,7 @@
 """What the Streamlit pages share: the server, the sidebar settings, running the engine's async event
 stream from Streamlit's synchronous script, rendering answers as they stream, and the charts.
 
-Nothing here decodes: the engine (utils.speculative, utils.pairs) does, and this module only
+Nothing here decodes: the engine (utils.engine.decoder, utils.engine.pairs) does, and this module only
 drives it and draws what it reports.
 """
 
@@ -26,18 +26,18 @@ import streamlit as st
 from plotly.subplots import make_subplots
 
 from config import Settings, get_settings
-from utils.advisor import check_parallel
-from utils.client import LOGPROBS_SINCE, OllamaServer, ServerError, parse_version
+from utils.bench.advisor import check_parallel
+from utils.engine.client import LOGPROBS_SINCE, OllamaServer, ServerError, parse_version
 from utils.hosts import HostError, target_host
-from utils.pairs import LOOKUP, NONE, build_decoder, tokenizer_relation
-from utils.speculative import (DoneEvent, Event, FallbackEvent, GenerationError, GenerationRequest, RoundEvent,
-                               TextEvent)
-from utils.stats import AnswerStats
-from utils.store import ConversationStore, stats_summary
+from utils.engine.pairs import LOOKUP, NONE, build_decoder, tokenizer_relation
+from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
+from utils.engine.request import GenerationRequest
+from utils.engine.stats import AnswerStats
+from utils.app.store import ConversationStore, stats_summary
 
 T = TypeVar("T")
 
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 DRAFT_COLOUR = "rgba(46, 160, 67, 0.28)"  # the background of accepted draft tokens in the text
 ACCEPTED_COLOUR = "rgba(46, 160, 67, 0.9)"  # the same green, for bars
@@ -719,7 +719,7 @@ def install_models(settings: Settings, names: list[str]) -> None:
 def run_advisor(settings: Settings, url: str, target: str, drafters: list[str], prompts: tuple[str, ...],
                 max_tokens: int):
     """The pair advisor, with a progress bar."""
-    from utils.advisor import advise
+    from utils.bench.advisor import advise
 
     bar = st.progress(0.0, text="Starting…")
 

