@@ -44,18 +44,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from utils.engine.client import ServerError
     from utils.hosts import HostError
     from utils.engine.events import GenerationError
+    from utils.engine.config import EngineConfig
     from utils.engine.request import GenerationRequest
+    from utils.sampling import SamplingOptions
 
     try:
-        settings = get_settings().model_copy(update={
-            key: value for key, value in {"p_min": args.p_min, "draft_top_k": args.top_k_draft}.items()
-            if value is not None
-        })
-        settings = type(settings).model_validate(settings.model_dump())
-        request = GenerationRequest(
-            prompt=args.prompt, raw=not args.chat, max_tokens=args.max_tokens, temperature=args.temperature,
-            top_k=args.top_k, seed=args.seed, k=args.k, stop=args.stop or [],
-        )
+        settings = get_settings()
+        chosen = {key: value for key, value in {"p_min": args.p_min, "draft_top_k": args.top_k_draft}.items()
+                  if value is not None}
+        engine = EngineConfig(**{**settings.engine.model_dump(), **chosen})
+        settings = settings.model_copy(update={"engine": engine})
+        options = SamplingOptions(temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+        request = GenerationRequest(prompt=args.prompt, raw=not args.chat, options=options,
+                                    max_tokens=args.max_tokens, k=args.k, stop=args.stop or [])
         result = asyncio.run(generate_once(
             settings, request, target=args.target, drafter=args.draft, host=args.host,
             draft_host=args.draft_host, echo=None if args.json else _echo,
@@ -122,8 +123,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench_k(text: str) -> str:
-    if text != "auto" and not (text.isdigit() and 0 <= int(text) <= 16):
-        raise argparse.ArgumentTypeError("must be 'auto' or a number from 0 to 16")
+    from utils.engine.config import K_LIMIT
+
+    if text != "auto" and not (text.isdigit() and 0 <= int(text) <= K_LIMIT):
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a number from 0 to {K_LIMIT}")
     return text
 
 

@@ -9,8 +9,10 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from utils.engine.config import EngineConfig
 
 DEFAULT_DATA_DIR = Path.home() / ".cache" / "ollama-speculative"
 
@@ -33,21 +35,24 @@ class Settings(BaseSettings):
     target_model: str = "qwen2.5-coder:1.5b"
     draft_model: str = "qwen2.5-coder:0.5b"
 
-    # Speculation.
-    k_max: int = Field(default=8, ge=0, le=16, description="longest draft the controller may pick")
-    p_min: float = Field(default=0.3, ge=0.0, le=1.0, description="stop drafting below this probability")
-    n_min: int = Field(default=1, ge=1, le=16, description="drop drafts shorter than this")
-    draft_top_k: int = Field(default=5, ge=1, le=20, description="draft candidates read per position")
-    num_ctx: int = Field(default=4096, ge=256, le=131072)
-
-    # Time limits (seconds) for every network call.
-    connect_timeout: float = Field(default=5.0, gt=0)
-    request_timeout: float = Field(default=300.0, gt=0, description="a whole standard answer")
-    draft_timeout: float = Field(default=10.0, gt=0, description="one draft proposal")
-    verify_timeout: float = Field(default=60.0, gt=0, description="one verification step")
+    # The speculative engine: draft limits, context size, time limits (SPEC_K_MAX, SPEC_P_MIN, ...).
+    engine: EngineConfig = Field(default_factory=EngineConfig)
 
     # Files. Models and conversations live outside the repository.
     data_dir: Path = DEFAULT_DATA_DIR
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_fields(cls, values: object) -> object:
+        """`Settings(k_max=4)` sets `engine.k_max`: the engine's fields may be given flat."""
+        if not isinstance(values, dict):
+            return values
+        flat = {key: values.pop(key) for key in list(values) if key in EngineConfig.model_fields}
+        if flat:
+            engine = values.get("engine")
+            base = engine.model_dump() if isinstance(engine, EngineConfig) else dict(engine or {})
+            values["engine"] = EngineConfig(**{**base, **flat})
+        return values
 
     @property
     def models_dir(self) -> Path:

@@ -5,8 +5,9 @@ from pathlib import Path
 import streamlit as st
 
 from utils.app import ui
+from utils.bench import report
 from utils.bench import runner as bench
-from utils.engine.pairs import LOOKUP
+from utils.engine.drafters.lookup import LOOKUP
 
 settings, server, choices = ui.current()
 
@@ -58,7 +59,7 @@ shown = st.session_state.get("bench_run")
 chosen = st.selectbox("Run", names, index=names.index(shown) if shown in names else 0,
                       format_func=lambda path: Path(path).name)
 run = bench.load_run(Path(chosen))
-for name, figure in bench.figures(run).items():
+for name, figure in report.figures(run).items():
     st.plotly_chart(figure, key=f"bench-{name}")
 st.dataframe(run["summary"], hide_index=True)
 with st.expander("Report"):

@@ -4,7 +4,7 @@ import streamlit as st
 
 from utils.app import ui
 from utils.bench.advisor import ADVISOR_MAX_TOKENS, ADVISOR_PROMPTS
-from utils.engine.pairs import LOOKUP
+from utils.engine.drafters.lookup import LOOKUP
 
 settings, server, choices = ui.current()
 

@@ -28,9 +28,10 @@ from utils.engine.answer import collect
 from utils.engine.client import OllamaServer, ServerError
 from utils.embedded.models import ModelError, ModelStore
 from utils.embedded.server import EmbeddedServer
-from utils.engine.pairs import build_decoder
+from utils.engine.decoder import build_decoder
 from utils.engine.events import GenerationError
 from utils.engine.request import GenerationRequest
+from utils.sampling import SamplingOptions
 from utils.app.store import ConversationStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,7 +51,7 @@ def settings(**update) -> Settings:
 async def answer(url: str, target: str, drafter: str, request: GenerationRequest) -> dict:
     server = OllamaServer(url)
     try:
-        return await collect(await build_decoder(settings(), server, target, drafter), request)
+        return await collect(await build_decoder(settings().engine, server, target, drafter), request)
     finally:
         await server.aclose()
 
@@ -89,7 +90,7 @@ def assert_one_line_error(code: int, err: str, expected_code: int, *fragments: s
     (["--prompt", ""], "the prompt is empty"),
     (["--prompt", " \n\t "], "the prompt is empty"),
     (["--prompt", "hi", "--k", "-1"], "--k"),
-    (["--prompt", "hi", "--k", "65"], "k must be between 0 and 64"),
+    (["--prompt", "hi", "--k", "17"], "k must be between 0 and 16"),
     (["--prompt", "hi", "--k", "three"], "--k"),
     (["--prompt", "hi", "--p-min", "1.5"], "--p-min"),
     (["--prompt", "hi", "--p-min", "-0.1"], "--p-min"),
@@ -139,11 +140,12 @@ def test_cli_prompt_far_beyond_the_context(server_url, capsys):
 @pytest.mark.parametrize("fields", [
     {"prompt": ""}, {"prompt": "  \n "}, {"messages": []}, {"temperature": -1}, {"temperature": float("nan")},
     {"temperature": float("inf")}, {"top_k": -1}, {"top_p": 1.5}, {"top_p": float("nan")}, {"min_p": -0.1},
-    {"max_tokens": 0}, {"max_tokens": -2}, {"k": -1}, {"k": 65},
+    {"max_tokens": 0}, {"max_tokens": -2}, {"k": -1}, {"k": 17},
 ])
 def test_generation_request_refuses_bad_values(fields):
+    sampling = {key: fields.pop(key) for key in list(fields) if key in ("temperature", "top_k", "top_p", "min_p")}
     with pytest.raises(ValueError):
-        GenerationRequest(**{"prompt": "hi", **fields})
+        GenerationRequest(**{"prompt": "hi", **fields}, options=SamplingOptions(**{"temperature": 0.0, **sampling}))
 
 
 @pytest.mark.parametrize("fields", [
@@ -161,9 +163,9 @@ async def test_engine_unknown_and_path_like_model_names(server_url):
     try:
         for name in HOSTILE_NAMES:
             with pytest.raises(ServerError, match="not found"):
-                await build_decoder(settings(), server, name, "none")
+                await build_decoder(settings().engine, server, name, "none")
             with pytest.raises(ServerError, match="not found"):
-                await build_decoder(settings(), server, SMALL, name or "x/../y")  # "" means no drafter
+                await build_decoder(settings().engine, server, SMALL, name or "x/../y")  # "" means no drafter
     finally:
         await server.aclose()
     await still_serving(server_url)
@@ -173,7 +175,7 @@ async def test_engine_unknown_and_path_like_model_names(server_url):
 async def test_engine_prompt_far_beyond_the_context_is_a_clear_error(server_url, drafter):
     server = OllamaServer(server_url)
     try:
-        decoder = await build_decoder(settings(), server, SMALL, drafter)
+        decoder = await build_decoder(settings().engine, server, SMALL, drafter)
         with pytest.raises(GenerationError) as caught:
             await collect(decoder, GenerationRequest(prompt="word " * 6000, max_tokens=8, k=2))
     finally:

@@ -14,7 +14,8 @@ import pytest
 
 from config import Settings
 from tests.conftest import DRAFT, TARGET
-from utils.bench.runner import NATIVE, PROJECT, BenchConfig, run_bench
+from utils.bench.report import NATIVE, PROJECT
+from utils.bench.runner import BenchConfig, run_bench
 from utils.bench.native import NativeError, NativeServer, server_binary, speculation_args
 
 PROMPTS = [

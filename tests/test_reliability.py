@@ -32,7 +32,7 @@ from utils.hosts import generate_once, servers
 from utils.engine.client import OllamaServer, ServerError
 from utils.embedded.server import EmbeddedServer
 from utils.hosts import HostError
-from utils.engine.pairs import build_decoder
+from utils.engine.decoder import build_decoder
 from utils.engine.events import DoneEvent, FallbackEvent, GenerationError, RoundEvent, TextEvent
 from utils.engine.request import GenerationRequest
 
@@ -67,7 +67,7 @@ async def test_draft_server_stalled_mid_answer_gives_the_standard_answer(server_
     pieces, fallbacks, stalled_at, done = [], [], None, None
     try:
         await draft.next_token(SMALL, "Hi", {"num_ctx": 4096})  # loaded before the clock matters
-        decoder = await build_decoder(settings(draft_timeout=draft_timeout), target, QWEN, SMALL, draft)
+        decoder = await build_decoder(settings(draft_timeout=draft_timeout).engine, target, QWEN, SMALL, draft)
         async for event in decoder.stream(request):
             if isinstance(event, RoundEvent) and event.record.drafted and stalled_at is None:
                 pause(draft_server)
@@ -100,7 +100,7 @@ async def test_target_server_killed_mid_answer_keeps_the_partial_answer_then_a_r
     target = OllamaServer(url)
     pieces = []
     try:
-        decoder = await build_decoder(settings(), target, SMALL, "lookup")
+        decoder = await build_decoder(settings().engine, target, SMALL, "lookup")
         with pytest.raises(GenerationError) as caught:
             async for event in decoder.stream(request):
                 if isinstance(event, TextEvent):
@@ -136,7 +136,7 @@ async def test_a_stalled_target_is_a_timeout_error_not_a_hang(server_url, tmp_pa
     target, _ = servers(quick, url)
     try:
         # Mid-answer: the partial answer is kept and the error names the server and the limit.
-        decoder = await build_decoder(quick, target, SMALL, "lookup")
+        decoder = await build_decoder(quick.engine, target, SMALL, "lookup")
         pieces, stalled_at = [], None
         with pytest.raises(GenerationError) as caught:
             async for event in decoder.stream(request):
@@ -168,19 +168,19 @@ async def test_a_stalled_target_is_a_timeout_error_not_a_hang(server_url, tmp_pa
 
 async def test_every_network_call_has_a_time_limit(server_url):
     defaults = Settings()
-    assert 0 < defaults.connect_timeout <= 30
-    assert 0 < defaults.draft_timeout <= defaults.verify_timeout <= defaults.request_timeout <= 600
+    assert 0 < defaults.engine.connect_timeout <= 30
+    assert 0 < defaults.engine.draft_timeout <= defaults.engine.verify_timeout <= defaults.engine.request_timeout <= 600
     custom = settings(connect_timeout=1.5, request_timeout=7, draft_timeout=2)
     target, draft = servers(custom, server_url, server_url)
     try:
-        assert target.client._client.timeout == httpx.Timeout(7, connect=1.5)
-        assert draft.client._client.timeout == httpx.Timeout(2, connect=1.5)
+        assert target.http.timeout == httpx.Timeout(7, connect=1.5)
+        assert draft.http.timeout == httpx.Timeout(2, connect=1.5)
     finally:
         await target.aclose()
         await draft.aclose()
     bare = OllamaServer(server_url)  # even without settings: finite limits
     try:
-        timeout = bare.client._client.timeout
+        timeout = bare.http.timeout
         assert all(value is not None and value > 0 for value in (timeout.connect, timeout.read, timeout.write))
     finally:
         await bare.aclose()

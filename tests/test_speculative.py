@@ -14,7 +14,7 @@ from tests.conftest import DRAFT, SMALL, TARGET
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer
 from utils.embedded.server import EmbeddedServer
-from utils.engine.pairs import build_decoder
+from utils.engine.decoder import build_decoder
 from utils.sampling import SamplingOptions, text_distribution
 from utils.engine.events import DoneEvent, FallbackEvent, RoundEvent, TextEvent
 from utils.engine.request import GenerationRequest
@@ -33,7 +33,7 @@ def settings(**update) -> Settings:
 async def answer(server_url: str, target: str, drafter: str, request: GenerationRequest, **update) -> dict:
     server = OllamaServer(server_url)
     try:
-        decoder = await build_decoder(settings(**update), server, target, drafter)
+        decoder = await build_decoder(settings(**update).engine, server, target, drafter)
         return await collect(decoder, request)
     finally:
         await server.aclose()
@@ -107,10 +107,10 @@ async def test_sampling_keeps_the_target_distribution(server_url, target, drafte
     methods = set()
     server = OllamaServer(server_url)
     try:
-        decoder = await build_decoder(settings(p_min=0.0), server, target, drafter)
+        decoder = await build_decoder(settings(p_min=0.0).engine, server, target, drafter)
         for seed in range(runs):
-            request = GenerationRequest(prompt=prompt, raw=True, max_tokens=3, temperature=1.0, top_k=5, top_p=1.0,
-                                        seed=seed, k=2)
+            request = GenerationRequest(prompt=prompt, raw=True, max_tokens=3, k=2,
+                                        options=SamplingOptions(temperature=1.0, top_k=5, top_p=1.0, seed=seed))
             result = await collect(decoder, request)
             seen[result["pieces"][0][0] if result["pieces"] else ""] += 1
             methods.add(result["stats"]["method"])
@@ -139,7 +139,7 @@ async def test_draft_server_killed_mid_answer_gives_the_standard_answer(server_u
     target, draft = OllamaServer(server_url), OllamaServer(draft_url, timeout=30)
     pieces, fallbacks, killed_at = [], [], None
     try:
-        decoder = await build_decoder(settings(draft_timeout=30), target, "qwen2.5-coder:0.5b", SMALL, draft)
+        decoder = await build_decoder(settings(draft_timeout=30).engine, target, "qwen2.5-coder:0.5b", SMALL, draft)
         async for event in decoder.stream(request):
             if isinstance(event, RoundEvent) and event.record.drafted and killed_at is None:
                 draft_server.process.kill()  # SIGKILL: no goodbye to open connections

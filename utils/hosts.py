@@ -14,7 +14,7 @@ from utils.embedded.models import ModelStore
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer
 from utils.engine.request import GenerationRequest
-from utils.engine.pairs import build_decoder
+from utils.engine.decoder import build_decoder
 from utils.embedded.server import EmbeddedServer
 
 
@@ -44,7 +44,7 @@ def target_host(settings: Settings, explicit: str | None = None) -> str:
     global _embedded
     url = explicit or settings.ollama_host
     if url:
-        check_reachable(url, settings.connect_timeout)
+        check_reachable(url, settings.engine.connect_timeout)
         return _with_scheme(url)
     if _embedded is None:
         store = ModelStore(settings.models_dir)
@@ -57,11 +57,11 @@ def target_host(settings: Settings, explicit: str | None = None) -> str:
 
 
 def servers(settings: Settings, host: str | None = None, draft_host: str | None = None) -> tuple[OllamaServer, OllamaServer | None]:
-    target = OllamaServer(target_host(settings, host), connect_timeout=settings.connect_timeout,
-                          timeout=settings.request_timeout)
+    target = OllamaServer(target_host(settings, host), connect_timeout=settings.engine.connect_timeout,
+                          timeout=settings.engine.request_timeout)
     draft = None
     if draft_host:
-        draft = OllamaServer(draft_host, connect_timeout=settings.connect_timeout, timeout=settings.draft_timeout)
+        draft = OllamaServer(draft_host, connect_timeout=settings.engine.connect_timeout, timeout=settings.engine.draft_timeout)
     return target, draft
 
 
@@ -70,7 +70,7 @@ async def generate_once(settings: Settings, request: GenerationRequest, *, targe
                         echo: Callable[[str], None] | None = None) -> dict[str, Any]:
     target_server, draft_server = servers(settings, host, draft_host)
     try:
-        decoder = await build_decoder(settings, target_server, target, drafter, draft_server)
+        decoder = await build_decoder(settings.engine, target_server, target, drafter, draft_server)
         return await collect(decoder, request, echo)
     finally:
         await target_server.aclose()

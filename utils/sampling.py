@@ -13,6 +13,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import math
+from typing import Any
+
 import numpy as np
 
 
@@ -25,9 +28,32 @@ class SamplingOptions:
     min_p: float = 0.0
     seed: int | None = None
 
+    def __post_init__(self) -> None:
+        problems = [
+            message for bad, message in (
+                (not self.temperature >= 0 or math.isinf(self.temperature), "temperature must be 0 or more"),
+                (self.top_k < 0, "top_k must be 0 or more"),
+                (not 0 <= self.top_p <= 1, "top_p must be between 0 and 1"),
+                (not 0 <= self.min_p <= 1, "min_p must be between 0 and 1"),
+            ) if bad
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+
     @property
     def greedy(self) -> bool:
         return self.temperature <= 0.0
+
+    def to_ollama(self) -> dict[str, Any]:
+        """These options as an Ollama request's `options` (the seed only where one is set)."""
+        options: dict[str, Any] = {"temperature": self.temperature, "top_k": self.top_k, "top_p": self.top_p,
+                                   "min_p": self.min_p}
+        if self.seed is not None:
+            options["seed"] = self.seed
+        return options
+
+
+GREEDY = SamplingOptions(temperature=0.0)
 
 
 def log_sum_exp(logits: np.ndarray) -> float:

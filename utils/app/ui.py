@@ -1,7 +1,7 @@
 """What the Streamlit pages share: the server, the sidebar settings, running the engine's async event
 stream from Streamlit's synchronous script, rendering answers as they stream, and the charts.
 
-Nothing here decodes: the engine (utils.engine.decoder, utils.engine.pairs) does, and this module only
+Nothing here decodes: the engine (utils.engine) does, and this module only
 drives it and draws what it reports.
 """
 
@@ -29,10 +29,13 @@ from config import Settings, get_settings
 from utils.bench.advisor import check_parallel
 from utils.engine.client import LOGPROBS_SINCE, OllamaServer, ServerError, parse_version
 from utils.hosts import HostError, target_host
-from utils.engine.pairs import LOOKUP, NONE, build_decoder, tokenizer_relation
+from utils.engine.decoder import build_decoder
+from utils.engine.drafters import NONE
+from utils.engine.drafters.lookup import LOOKUP
+from utils.engine.tokenizers import tokenizer_relation
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
 from utils.engine.request import GenerationRequest
-from utils.engine.stats import AnswerStats
+from utils.sampling import SamplingOptions
 from utils.app.store import ConversationStore, stats_summary
 
 T = TypeVar("T")
@@ -84,7 +87,7 @@ def run(work: Callable[[], Awaitable[T]]) -> T:
 
 
 def open_server(settings: Settings, url: str, timeout: float | None = None) -> OllamaServer:
-    return OllamaServer(url, connect_timeout=settings.connect_timeout, timeout=timeout or settings.request_timeout)
+    return OllamaServer(url, connect_timeout=settings.engine.connect_timeout, timeout=timeout or settings.engine.request_timeout)
 
 
 async def with_server(settings: Settings, url: str, work: Callable[[OllamaServer], Awaitable[T]],
@@ -127,7 +130,7 @@ def server_info(settings: Settings) -> ServerInfo:
     """What the server says about itself, and its models; raises ServerError when it does not answer."""
     url = server_url(settings)
     try:
-        about = httpx.get(f"{url}/api/version", timeout=settings.connect_timeout * 2).json()
+        about = httpx.get(f"{url}/api/version", timeout=settings.engine.connect_timeout * 2).json()
     except (httpx.HTTPError, ValueError) as error:
         raise ServerError(f"cannot reach the Ollama server at {url}: {error or type(error).__name__}") from None
     models = run(lambda: with_server(settings, url, lambda server: server.models()))
@@ -149,7 +152,7 @@ def explain(error: Exception, settings: Settings | None = None) -> str:
         return (f"{message}. Install it on the Models page (embedded server) or run `ollama pull` for it, "
                 "or pick another model in the sidebar.")
     if "context length" in lowered or "context is full" in lowered:
-        size = f" ({settings.num_ctx} tokens)" if settings else ""
+        size = f" ({settings.engine.num_ctx} tokens)" if settings else ""
         return (f"The conversation no longer fits in the model's context{size}: start a new conversation, "
                 "or raise SPEC_NUM_CTX and restart the app.")
     return message
@@ -193,11 +196,12 @@ class Choices:
         return self.drafter != NONE
 
     def decoder_settings(self, settings: Settings) -> Settings:
-        return settings.model_copy(update={"p_min": self.p_min, "draft_top_k": self.draft_top_k})
+        engine = settings.engine.model_copy(update={"p_min": self.p_min, "draft_top_k": self.draft_top_k})
+        return settings.model_copy(update={"engine": engine})
 
     def request(self, messages: list[dict[str, str]]) -> GenerationRequest:
-        return GenerationRequest(messages=messages, max_tokens=self.max_tokens, temperature=self.temperature,
-                                 top_k=self.top_k, seed=self.seed, k=self.k)
+        options = SamplingOptions(temperature=self.temperature, top_k=self.top_k, seed=self.seed)
+        return GenerationRequest(messages=messages, options=options, max_tokens=self.max_tokens, k=self.k)
 
 
 @st.cache_data(ttl=600, show_spinner="Reading the tokenizers of the server's models…")
@@ -258,12 +262,12 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
         elif relations[drafter] != LOOKUP and info.version_tuple < LOGPROBS_SINCE and not info.embedded:
             bar.warning(f"Draft models need Ollama {'.'.join(map(str, LOGPROBS_SINCE))} or newer (log-probabilities); "
                         "upgrade Ollama or use prompt lookup.")
-        length = bar.select_slider("Draft length K", ["auto", *range(1, settings.k_max + 1)], value="auto",
+        length = bar.select_slider("Draft length K", ["auto", *range(1, settings.engine.k_max + 1)], value="auto",
                                    key="draft_length", help="auto: the controller picks K from measured speeds")
         k = None if length == "auto" else int(length)
-    p_min = bar.slider("p_min (stop drafting below this probability)", 0.0, 1.0, settings.p_min, 0.05,
+    p_min = bar.slider("p_min (stop drafting below this probability)", 0.0, 1.0, settings.engine.p_min, 0.05,
                        key="p_min", disabled=not speculative)
-    draft_top_k = bar.slider("Draft top-k (candidates read per position)", 1, 20, settings.draft_top_k,
+    draft_top_k = bar.slider("Draft top-k (candidates read per position)", 1, 20, settings.engine.draft_top_k,
                              key="draft_top_k", disabled=not speculative)
     temperature = bar.slider("Temperature", 0.0, 2.0, 0.0, 0.05, key="temperature",
                              help="0 is greedy: speculative output then equals standard output exactly")
@@ -276,7 +280,7 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
 
 def _parallel_note(settings: Settings, info: ServerInfo, target: str) -> None:
     """Speculation pays only where the K+1 verification requests of a round run in parallel."""
-    width = settings.k_max + 1
+    width = settings.engine.k_max + 1
     if info.embedded:
         if info.batches:
             st.sidebar.caption("Parallel verification: yes — the embedded server batches the nested verification "
@@ -344,7 +348,7 @@ def measure_baseline(settings: Settings, url: str, target: str) -> dict[str, Any
     """A short greedy standard generation, timed like any answer; saved as the baseline."""
 
     async def generate(server: OllamaServer) -> dict[str, Any]:
-        decoder = await build_decoder(settings, server, target, NONE)
+        decoder = await build_decoder(settings.engine, server, target, NONE)
         request = GenerationRequest(prompt=BASELINE_PROMPT, max_tokens=BASELINE_MAX_TOKENS)
         async for event in decoder.stream(request):
             if isinstance(event, DoneEvent):
@@ -378,7 +382,7 @@ async def answer_events(settings: Settings, url: str, target: str, drafter: str,
     """The engine's events for one answer; the server client lives and dies with this generator."""
     server = open_server(settings, url)
     try:
-        decoder = await build_decoder(settings, server, target, drafter)
+        decoder = await build_decoder(settings.engine, server, target, drafter)
         async for event in decoder.stream(request):
             yield event
     finally:
@@ -412,7 +416,6 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     drafter = choices.drafter if drafter is None else drafter
     answer = Answer()
     text_slot, notices, chart_slot = st.empty(), st.container(), st.empty()
-    live = AnswerStats(mode="speculative" if drafter != NONE else "standard", target=choices.target)
     drawn_at = 0.0
     show_text(text_slot, "", [], highlight, cursor=True)
     events = answer_events(choices.decoder_settings(settings), url, choices.target, drafter, request)
@@ -425,9 +428,8 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
                     answer.text += event.text
                     show_text(text_slot, answer.text, answer.pieces, highlight, cursor=True)
                 elif isinstance(event, RoundEvent):
-                    live.add_round(event.record)
                     if charts and time.monotonic() - drawn_at > CHART_REFRESH_SECONDS:
-                        live.finish(event.record.at_seconds)  # recomputes acceptance by position so far
+                        live = event.stats.snapshot(event.record.at_seconds)
                         chart_slot.plotly_chart(answer_figure(live.model_dump(), baseline), key=_chart_key())
                         drawn_at = time.monotonic()
                 elif isinstance(event, FallbackEvent):
@@ -664,18 +666,17 @@ def server_models(settings: Settings, url: str) -> list[dict[str, Any]]:
     """The server's models with their sizes, as `ollama list` shows them."""
 
     async def listing(server: OllamaServer) -> list[dict[str, Any]]:
-        response = await server.client.list()
         return [
-            {"model": m.model, "size (MB)": round((m.size or 0) / 1e6),
-             "parameters": m.details.parameter_size if m.details else "",
-             "quantization": m.details.quantization_level if m.details else ""}
-            for m in response.models
+            {"model": m.get("model", ""), "size (MB)": round((m.get("size") or 0) / 1e6),
+             "parameters": (m.get("details") or {}).get("parameter_size", ""),
+             "quantization": (m.get("details") or {}).get("quantization_level", "")}
+            for m in await server.list_models()
         ]
 
     try:
-        return run(lambda: with_server(settings, url, listing, timeout=settings.connect_timeout * 2))
-    except Exception as error:  # noqa: BLE001 - the ollama client raises several types; one message out
-        raise ServerError(f"cannot list the models of {url}: {error}") from None
+        return run(lambda: with_server(settings, url, listing, timeout=settings.engine.connect_timeout * 2))
+    except ServerError as error:
+        raise ServerError(f"cannot list the models of {url}: {error.message}") from None
 
 
 def bundled_models(settings: Settings) -> list[dict[str, Any]]:

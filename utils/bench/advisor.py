@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from config import Settings
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer, ServerError
-from utils.engine.pairs import LOOKUP, NONE, build_decoder, tokenizer_relation
+from utils.engine.decoder import build_decoder
+from utils.engine.drafters import NONE
+from utils.engine.drafters.lookup import LOOKUP
+from utils.engine.tokenizers import tokenizer_relation
 from utils.engine.events import GenerationError
 from utils.engine.request import GenerationRequest
 
@@ -57,7 +60,7 @@ async def measure(settings: Settings, server: OllamaServer, target: str, drafter
     """Tokens/s and acceptance of one (target, drafter) pair over `prompts`, greedy, after a warm-up."""
     result = Measurement(drafter)
     try:
-        decoder = await build_decoder(settings, server, target, drafter)
+        decoder = await build_decoder(settings.engine, server, target, drafter)
         # Warm-up: loads the models, so that loading is not counted as generation time.
         await collect(decoder, GenerationRequest(prompt=prompts[0], max_tokens=4))
         texts, seconds, drafted, accepted, drafts = [], 0.0, 0, 0, 0
@@ -143,7 +146,7 @@ async def check_parallel(settings: Settings, server: OllamaServer, model: str, w
     K = width - 1) one after another, then another such set all at once; median of `rounds`. A server
     that runs them in parallel answers the set in much less time than the sequence; one that queues
     them (Ollama with OLLAMA_NUM_PARALLEL=1) takes about as long. A timing, so noisy on a busy machine."""
-    options = {"num_ctx": settings.num_ctx, "temperature": 0}
+    options = {"num_ctx": settings.engine.num_ctx, "temperature": 0}
     words = "the quick brown fox jumps over the lazy dog again and again".split()
 
     def verification(tag: str) -> list[str]:

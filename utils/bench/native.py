@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from utils.engine.pairs import LOOKUP, NONE
+from utils.engine.drafters import NONE, drafter_class
 from utils.processes import free_port, stop_process, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,12 +53,11 @@ def speculation_args(drafter: str, k: str, draft_path: Path | None) -> list[str]
     """llama-server's arguments for one (drafter, K) configuration of the benchmark."""
     if drafter == NONE:
         return []
-    if drafter == LOOKUP:
-        return ["--spec-type", "ngram-simple"] + ([] if k == "auto" else ["--spec-ngram-simple-size-m", k])
-    if draft_path is None:
-        raise NativeError(f"draft model '{drafter}' has no file for llama-server")
-    return (["--spec-type", "draft-simple", "-md", str(draft_path)]
-            + ([] if k == "auto" else ["--spec-draft-n-max", k]))
+    args = drafter_class(drafter).llama_server_args(k, draft_path)
+    if args is None:
+        raise NativeError(f"llama-server has no equivalent of drafter '{drafter}'"
+                          + ("" if draft_path else " (or the draft model has no file for it)"))
+    return args
 
 
 @dataclass

@@ -1,19 +1,20 @@
-"""A thin async layer over the official `ollama` client: what the speculative engine asks of a server.
+"""What the speculative engine asks of an Ollama server, over one keep-alive httpx client.
 
-Every failure becomes one exception type, `ServerError`, carrying the server's own message, so the
-engine can fall back or report without knowing about httpx or ollama's exception classes.
+One method per endpoint over one `_request` (and `_stream` for NDJSON), plain dicts and `json`
+instead of a pydantic model per chunk: this is the hot path, called K+1 times per verification and
+once per draft. Every failure becomes a `ServerError` carrying the server's own message; its
+subclasses say what kind of failure it was, so callers branch on types, not on message text.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-import ollama
 
 # Since these Ollama releases: raw prompts of a chat (`_debug_render_only`) and `logprobs`.
 RENDER_SINCE = (0, 11, 5)
@@ -26,6 +27,26 @@ class ServerError(Exception):
     def __init__(self, message: str, status: int | None = None, host: str = ""):
         super().__init__(message)
         self.message, self.status, self.host = message, status, host
+
+
+class ServerUnreachable(ServerError):
+    """No connection could be made (nothing listening, wrong address, connection dropped)."""
+
+
+class ServerTimeout(ServerError):
+    """The server did not answer within the time limit."""
+
+
+class ModelNotFound(ServerError):
+    """The server does not have the model (HTTP 404)."""
+
+
+class ContextFull(ServerError):
+    """The prompt does not fit in the model's context."""
+
+
+class RequestRefused(ServerError):
+    """Any other 4xx: the server refused the request as it was written."""
 
 
 @dataclass
@@ -66,14 +87,15 @@ def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
-def _message(error: ollama.ResponseError) -> str:
-    text = error.error
-    try:  # the client hands over the raw body for non-2xx answers
-        import json
+def _with_scheme(host: str) -> str:
+    return (host if "://" in host else f"http://{host}").rstrip("/")
 
-        return json.loads(text).get("error", text)
-    except ValueError:
-        return text
+
+def _tokens(body: dict[str, Any]) -> list[Token]:
+    return [
+        Token(entry["token"], entry.get("logprob"), {alt["token"]: alt["logprob"] for alt in entry.get("top_logprobs") or []})
+        for entry in body.get("logprobs") or []
+    ]
 
 
 class OllamaServer:
@@ -81,74 +103,117 @@ class OllamaServer:
 
     def __init__(self, host: str, *, connect_timeout: float = 5.0, timeout: float = 300.0):
         self.host, self.connect_timeout, self.timeout = host, connect_timeout, timeout
-        self.client = ollama.AsyncClient(host=host, timeout=httpx.Timeout(timeout, connect=connect_timeout))
-        self.url = str(self.client._client.base_url).rstrip("/")
+        self.url = _with_scheme(host)
+        self.http = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(timeout, connect=connect_timeout),
+                                      limits=httpx.Limits(max_keepalive_connections=32, max_connections=64))
+        self._about: dict[str, Any] | None = None
 
     async def aclose(self) -> None:
-        await self.client._client.aclose()
+        await self.http.aclose()
+
+    # -- transport -----------------------------------------------------------------------------------
 
     def _error(self, error: Exception) -> ServerError:
         if isinstance(error, ServerError):
             return error
-        if isinstance(error, ollama.ResponseError):
-            return ServerError(_message(error), error.status_code if error.status_code > 0 else None, self.host)
         if isinstance(error, httpx.TimeoutException):
             limit = self.connect_timeout if isinstance(error, httpx.ConnectTimeout) else self.timeout
-            return ServerError(f"the Ollama server at {self.url} did not answer within {limit:g} s "
-                               f"({type(error).__name__})", None, self.host)
+            return ServerTimeout(f"the Ollama server at {self.url} did not answer within {limit:g} s "
+                                 f"({type(error).__name__})", None, self.host)
         if isinstance(error, (ConnectionError, httpx.TransportError)):
-            return ServerError(f"cannot reach the Ollama server at {self.url}: {str(error) or type(error).__name__}",
-                               None, self.host)
+            return ServerUnreachable(f"cannot reach the Ollama server at {self.url}: "
+                                     f"{str(error) or type(error).__name__}", None, self.host)
         return ServerError(f"{type(error).__name__}: {error}", None, self.host)
 
-    async def version(self) -> tuple[int, ...]:
+    def _refusal(self, status: int, text: str) -> ServerError:
         try:
-            response = await self.client._client.get("/api/version")
-            response.raise_for_status()
-            return parse_version(response.json()["version"])
+            message = json.loads(text).get("error", text)
+        except (ValueError, AttributeError):
+            message = text
+        message = str(message).strip() or f"HTTP {status}"
+        if status == 404:
+            kind: type[ServerError] = ModelNotFound
+        elif "context length" in message or "exceeds" in message and "context" in message:
+            kind = ContextFull
+        elif 400 <= status < 500:
+            kind = RequestRefused
+        else:
+            kind = ServerError
+        return kind(message, status, self.host)
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            response = await self.http.request(method, path, json=body)
         except Exception as error:  # noqa: BLE001 - one exception type out
             raise self._error(error) from None
+        if response.status_code >= 400:
+            raise self._refusal(response.status_code, response.text)
+        try:
+            return response.json()
+        except ValueError:
+            raise ServerError(f"{self.url}{path} answered with something that is not JSON", response.status_code,
+                              self.host) from None
+
+    async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """The NDJSON messages of a streamed answer. Leaving early closes the connection's stream,
+        which stops generation on the server."""
+        try:
+            async with self.http.stream("POST", path, json=body) as response:
+                if response.status_code >= 400:
+                    raise self._refusal(response.status_code, (await response.aread()).decode(errors="replace"))
+                async for line in response.aiter_lines():
+                    if not line:
+                        continue
+                    message = json.loads(line)
+                    if "error" in message:
+                        raise ServerError(str(message["error"]), response.status_code, self.host)
+                    yield message
+        except ServerError:
+            raise
+        except Exception as error:  # noqa: BLE001
+            raise self._error(error) from None
+
+    # -- endpoints -----------------------------------------------------------------------------------
+
+    async def about(self) -> dict[str, Any]:
+        """`/api/version`, read once per server object (the embedded server adds its own fields)."""
+        if self._about is None:
+            self._about = await self._request("GET", "/api/version")
+        return self._about
+
+    async def version(self) -> tuple[int, ...]:
+        return parse_version(str((await self.about()).get("version", "")))
 
     async def is_embedded(self) -> bool:
-        try:
-            response = await self.client._client.get("/api/version")
-            return bool(response.json().get("embedded"))
-        except Exception as error:  # noqa: BLE001
-            raise self._error(error) from None
+        return bool((await self.about()).get("embedded"))
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        """`/api/tags`: every model with its size and details, as `ollama list` shows them."""
+        return list((await self._request("GET", "/api/tags")).get("models") or [])
 
     async def models(self) -> list[str]:
-        try:
-            return [m.model for m in (await self.client.list()).models if m.model]
-        except Exception as error:  # noqa: BLE001
-            raise self._error(error) from None
+        return [m["model"] for m in await self.list_models() if m.get("model")]
 
     async def show(self, model: str, verbose: bool = False) -> dict[str, Any]:
-        try:
-            response = await self.client._client.post("/api/show", json={"model": model, "verbose": verbose})
-            if response.status_code >= 400:
-                raise ollama.ResponseError(response.text, response.status_code)
-            return response.json()
-        except Exception as error:  # noqa: BLE001
-            raise self._error(error) from None
+        return await self._request("POST", "/api/show", {"model": model, "verbose": verbose})
 
     async def render_chat(self, model: str, messages: list[dict[str, str]], num_ctx: int) -> str:
         """The raw prompt the model's chat template makes of `messages` (Ollama 0.11.5 and newer)."""
         version = await self.version()
         if version < RENDER_SINCE:
-            raise ServerError(
+            raise RequestRefused(
                 f"this Ollama ({'.'.join(map(str, version))}) cannot render chat templates; "
                 "speculative chat needs Ollama 0.11.5 or newer",
                 host=self.host,
             )
         body = {"model": model, "messages": messages, "stream": False, "_debug_render_only": True,
                 "options": {"num_ctx": num_ctx}}
-        try:
-            response = await self.client._client.post("/api/chat", json=body)
-            if response.status_code >= 400:
-                raise ollama.ResponseError(response.text, response.status_code)
-            return response.json()["_debug_info"]["rendered_template"]
-        except Exception as error:  # noqa: BLE001
-            raise self._error(error) from None
+        return (await self._request("POST", "/api/chat", body))["_debug_info"]["rendered_template"]
+
+    def _generate_body(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int,
+                       stream: bool) -> dict[str, Any]:
+        return {"model": model, "prompt": prompt, "raw": True, "stream": stream, "options": options,
+                "logprobs": True, "top_logprobs": top_logprobs}
 
     async def stream_raw(
         self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0
@@ -157,27 +222,19 @@ class OllamaServer:
 
         Leaving the loop early closes the HTTP stream, which stops generation on the server.
         """
-        try:
-            stream = await self.client.generate(
-                model=model, prompt=prompt, raw=True, stream=True, options=options,
-                logprobs=True, top_logprobs=top_logprobs,
-            )
-            async with aclosing(stream):
-                async for part in stream:
-                    tokens = [
-                        Token(entry.token, entry.logprob, {alt.token: alt.logprob for alt in entry.top_logprobs or []})
-                        for entry in part.logprobs or []
-                    ]
-                    yield Chunk(part.response or "", tokens, part.done_reason if part.done else None,
-                                part.prompt_eval_count or 0)
-        except Exception as error:  # noqa: BLE001
-            raise self._error(error) from None
+        body = self._generate_body(model, prompt, options, top_logprobs, stream=True)
+        async for message in self._stream("/api/generate", body):
+            done = message.get("done")
+            yield Chunk(message.get("response") or "", _tokens(message),
+                        (message.get("done_reason") or "stop") if done else None,
+                        message.get("prompt_eval_count") or 0)
 
     async def next_token(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0) -> Step:
-        """The model's next token after `prompt` (raw, `num_predict` 1): one validator position."""
-        token = None
-        async for chunk in self.stream_raw(model, prompt, {**options, "num_predict": 1}, top_logprobs):
-            token = chunk.tokens[0] if chunk.tokens else token
-            if chunk.done_reason is not None:
-                return Step(token, chunk.done_reason, chunk.prompt_tokens)
-        raise ServerError("the server ended the answer without a final message", host=self.host)
+        """The model's next token after `prompt` (raw, `num_predict` 1): one validator position.
+
+        Not streamed: one small JSON body instead of two NDJSON messages."""
+        body = self._generate_body(model, prompt, {**options, "num_predict": 1}, top_logprobs, stream=False)
+        message = await self._request("POST", "/api/generate", body)
+        tokens = _tokens(message)
+        return Step(tokens[0] if tokens else None, message.get("done_reason") or "stop",
+                    message.get("prompt_eval_count") or 0)

@@ -1,10 +1,11 @@
 """The decoding loop: standard or speculative generation from a target model, as a stream of events.
 
-One round of speculation: the controller picks K; the drafter proposes up to K pieces; the validator
-asks the target for its own token at every position at once; the accepted pieces and the target's
-token after them are emitted. K = 0 rounds are standard generation segments. Any drafter or
-validator failure ends speculation for the answer, which goes on by standard generation from exactly
-where it was: nothing is emitted that the target did not choose, so nothing is lost or repeated.
+Each turn of the loop is one named step: `_choose_k` asks the controller for a draft length; K = 0
+is a `_standard_segment`, anything else a `_speculative_round` (the drafter proposes up to K pieces,
+the validator asks the target for its own token at every position at once, the accepted pieces and
+the target's token after them are emitted). Any drafter or validator failure ends speculation for
+the answer, which goes on by standard generation from exactly where it was: nothing is emitted that
+the target did not choose, so nothing is lost or repeated.
 
 Everything above this module (CLI, chat page, charts, store, benchmarks) consumes the events.
 """
@@ -14,31 +15,57 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from config import Settings
 from utils.engine.client import OllamaServer, ServerError
+from utils.engine.config import EngineConfig
 from utils.engine.controller import DraftLengthController, controller_for
-from utils.engine.drafters.base import Drafter
-from utils.sampling import SamplingOptions
+from utils.engine.drafters import Drafter, DraftSetup, build_drafter
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
 from utils.engine.output import Output
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats, Fallback, RoundRecord
-from utils.engine.validator import PromptPrefixValidator, choose_method
+from utils.engine.validator import PromptPrefixValidator, Verdict, choose_method
+from utils.sampling import GREEDY, SamplingOptions
 
 SHORT_SEGMENT_TOKENS = 4  # after an empty draft: a few tokens, then try drafting again
+
+
+@dataclass
+class _Answer:
+    """The state of one answer as the loop goes."""
+
+    request: GenerationRequest
+    prompt: str
+    drafter: Drafter | None  # None once speculation has failed for this answer
+    method: str | None
+    controller: DraftLengthController
+    stats: AnswerStats
+    output: Output
+    rng: np.random.Generator
+    started: float = field(default_factory=time.perf_counter)
+    context_tokens: int = 0  # the target's token count for the prompt, as its last answer reported
+    short_segment: bool = False  # the last round emitted nothing: generate a few tokens normally
+    resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
+
+    @property
+    def context(self) -> str:
+        return self.prompt + self.output.generated
+
+    def emitted(self, events: list[TextEvent]) -> list[TextEvent]:
+        if events and self.stats.time_to_first_token_s is None:
+            self.stats.time_to_first_token_s = time.perf_counter() - self.started
+        return events
 
 
 class SpeculativeDecoder:
     """Generates from `target_model` on `target`, speculatively when `drafter` is given."""
 
-    def __init__(self, target: OllamaServer, target_model: str, drafter: Drafter | None, settings: Settings,
-                 *, same_tokenizer: bool = False):
-        self.target, self.target_model, self.drafter = target, target_model, drafter
-        self.settings, self.same_tokenizer = settings, same_tokenizer
-        self.validator = PromptPrefixValidator(target, target_model, settings.num_ctx)
+    def __init__(self, target: OllamaServer, target_model: str, drafter: Drafter | None, config: EngineConfig):
+        self.target, self.target_model, self.drafter, self.config = target, target_model, drafter, config
+        self.validator = PromptPrefixValidator(target, target_model, config.num_ctx)
 
     async def raw_prompt(self, request: GenerationRequest) -> str:
         if request.raw:
@@ -47,119 +74,72 @@ class SpeculativeDecoder:
         if request.messages is None:
             messages = ([{"role": "system", "content": request.system}] if request.system else [])
             messages.append({"role": "user", "content": request.prompt})
-        return await self.target.render_chat(self.target_model, messages, self.settings.num_ctx)
+        return await self.target.render_chat(self.target_model, messages, self.config.num_ctx)
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        started = time.perf_counter()
-        options = request.sampling
-        method = choose_method(options, self.same_tokenizer) if self.drafter else None
-        stats = AnswerStats(mode="speculative" if self.drafter else "standard", target=self.target_model,
-                            drafter=self.drafter.name if self.drafter else None, method=method)
-        output = Output(request.stop, request.max_tokens)
+        answer = await self._start(request)
+        while answer.output.done_reason is None:
+            k = self._choose_k(answer)
+            steps = self._standard_segment(answer) if k == 0 else self._speculative_round(answer, k)
+            async for event in steps:
+                yield event
+        yield self._done(answer)
+
+    # -- the steps -----------------------------------------------------------------------------------
+
+    async def _start(self, request: GenerationRequest) -> _Answer:
+        drafter = self.drafter
+        method = choose_method(request.options, drafter.exact_distribution) if drafter else None
         try:
             prompt = await self.raw_prompt(request)
         except ServerError as error:
             raise GenerationError(error.message, "") from None
-        drafter = self.drafter
-        controller = controller_for((self.target.url, self.target_model, drafter and drafter.name, method),
-                                    self.settings.k_max, request.k)
-        rng = np.random.default_rng(request.seed)
-        context_tokens = 0  # the target's count for the context, as its last answer reported
-        short_segment = False  # the last round emitted nothing: generate a few tokens normally
-        resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
+        key = (self.target.url, self.target_model, drafter and drafter.name, method)
+        return _Answer(
+            request=request, prompt=prompt, drafter=drafter, method=method,
+            controller=controller_for(key, self.config.k_max, request.k),
+            stats=AnswerStats(mode="speculative" if drafter else "standard", target=self.target_model,
+                              drafter=drafter.name if drafter else None, method=method),
+            output=Output(request.stop, request.max_tokens), rng=np.random.default_rng(request.options.seed),
+        )
 
-        def emitted(events: list[TextEvent]) -> list[TextEvent]:
-            if events and stats.time_to_first_token_s is None:
-                stats.time_to_first_token_s = time.perf_counter() - started
-            return events
+    def _choose_k(self, answer: _Answer) -> int:
+        """The next round's draft length: 0 without a drafter, after an empty round, or when the
+        controller finds that no K pays; never past the token limit or the room left in the context."""
+        if answer.drafter is None or answer.short_segment:
+            return 0
+        output = answer.output
+        room = self.config.num_ctx - (answer.context_tokens + output.tokens) - 2 if answer.context_tokens else 1 << 30
+        return answer.controller.choose(min(output.remaining - 1, room))
 
-        while output.done_reason is None:
-            context = prompt + output.generated
-            room = self.settings.num_ctx - (context_tokens + output.tokens) - 2 if context_tokens else None
-            limit = min(output.remaining - 1, room if room is not None else 1 << 30)
-            k = 0 if drafter is None or short_segment else controller.choose(limit)
-            if k == 0:
-                tokens = output.remaining if drafter is None else (SHORT_SEGMENT_TOKENS if short_segment
-                                                                    else controller.segment_tokens())
-                async for event in self._standard(context, output, options, tokens, rng, resume_seed,
-                                                  controller, stats, started):
-                    yield emitted([event])[0] if isinstance(event, TextEvent) else event
-                short_segment, resume_seed = False, None
-                continue
-            try:
-                round_started = time.perf_counter()
-                draft_options = _draft_options(options, method, rng)
-                draft = await asyncio.wait_for(drafter.propose(context, k, draft_options),
-                                               self.settings.draft_timeout)
-                drafted_at = time.perf_counter()
-                if not draft.pieces:  # nothing to verify: a short standard segment, then draft again
-                    controller.record_round(k, 0, 0, drafted_at - round_started, 0.0)
-                    short_segment = True
-                    continue
-                verdict = await asyncio.wait_for(self.validator.verify(context, draft, options, method, rng),
-                                                 self.settings.verify_timeout)
-            except (ServerError, asyncio.TimeoutError, OSError) as error:
-                reason = _describe(error, drafter.name)
-                stats.fallbacks.append(Fallback(at_token=output.tokens, reason=reason))
-                drafter = None
-                yield FallbackEvent(reason)
-                continue
-            verified_at = time.perf_counter()
-            drafter.update(draft, verdict.accepted)
-            controller.record_round(k, len(draft), verdict.accepted, drafted_at - round_started,
-                                    verified_at - drafted_at)
-            context_tokens = verdict.prompt_tokens - output.tokens
-            before = output.tokens
-            for text, origin in verdict.pieces:
-                for event in emitted(output.add(text, origin)):
-                    yield event
-                if origin == "correction":
-                    stats.correction_tokens += 1
-                elif origin == "bonus":
-                    stats.bonus_tokens += 1
-                if output.done_reason:
-                    break
-            if verdict.ended and output.done_reason is None:
-                for event in emitted(output.end("stop")):
-                    yield event
-            record = RoundRecord(k=k, drafted=len(draft), accepted=verdict.accepted, emitted=output.tokens - before,
-                                 seconds=verified_at - round_started, at_seconds=verified_at - started)
-            stats.add_round(record)
-            stats.draft_seconds += drafted_at - round_started
-            stats.verify_seconds += verified_at - drafted_at
-            yield RoundEvent(record)
-            if not verdict.pieces and not verdict.ended:
-                short_segment, resume_seed = True, verdict.resume_seed
+    async def _standard_segment(self, answer: _Answer) -> AsyncIterator[Event]:
+        """Standard generation of about a segment's tokens (exactly what the target writes).
 
-        stats.done_reason = output.done_reason or "stop"
-        stats.output_tokens = output.tokens
-        stats.finish(time.perf_counter() - started)
-        yield DoneEvent(output.text, stats)
-
-    async def _standard(self, context: str, output: Output, options: SamplingOptions, tokens: int,
-                        rng: np.random.Generator, resume_seed: int | None, controller: DraftLengthController,
-                        stats: AnswerStats, started: float) -> AsyncIterator[Event]:
-        """Standard generation of about `tokens` tokens from `context` (exactly what the target writes).
-
-        It reads on past `tokens` only to finish a character split over tokens, then closes the stream.
+        It reads on past its length only to finish a character split over tokens, then closes the stream.
         """
-        request = {"temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p,
-                   "min_p": options.min_p, "num_ctx": self.settings.num_ctx, "num_predict": output.remaining}
+        output, options = answer.output, answer.request.options
+        if answer.drafter is None:
+            tokens = output.remaining
+        else:
+            tokens = SHORT_SEGMENT_TOKENS if answer.short_segment else answer.controller.segment_tokens()
+        request = {**options.to_ollama(), "num_ctx": self.config.num_ctx, "num_predict": output.remaining}
         if not options.greedy:
-            request["seed"] = resume_seed if resume_seed is not None else int(rng.integers(0, 2**31 - 1))
+            seed = answer.resume_seed
+            request["seed"] = seed if seed is not None else int(answer.rng.integers(0, 2**31 - 1))
+        answer.short_segment, answer.resume_seed = False, None
         segment_started = time.perf_counter()
         first_token_at: float | None = None
         count = 0
         try:
-            async for chunk in self.target.stream_raw(self.target_model, context, request):
+            async for chunk in self.target.stream_raw(self.target_model, answer.context, request):
                 if chunk.tokens and first_token_at is None:
                     first_token_at = time.perf_counter()
                 count += len(chunk.tokens)
                 if chunk.text or chunk.tokens:
-                    for event in output.add(chunk.text, "standard", len(chunk.tokens)):
+                    for event in answer.emitted(output.add(chunk.text, "standard", len(chunk.tokens))):
                         yield event
                 if chunk.done_reason is not None:
-                    for event in output.end(chunk.done_reason):
+                    for event in answer.emitted(output.end(chunk.done_reason)):
                         yield event
                     break
                 whole = not chunk.tokens or chunk.tokens[-1].complete
@@ -169,24 +149,97 @@ class SpeculativeDecoder:
             raise GenerationError(error.message, output.text) from None
         finished = time.perf_counter()
         if first_token_at is not None:
-            controller.record_standard(count, finished - first_token_at)
-        stats.standard_tokens += count
-        stats.standard_seconds += finished - segment_started
-        record = RoundRecord(k=0, emitted=count, seconds=finished - segment_started, at_seconds=finished - started)
-        stats.add_round(record)
-        yield RoundEvent(record)
+            answer.controller.record_standard(count, finished - first_token_at)
+        record = RoundRecord(k=0, emitted=count, seconds=finished - segment_started,
+                             at_seconds=finished - answer.started)
+        answer.stats.observe_standard(record)
+        yield RoundEvent(record, answer.stats)
+
+    async def _speculative_round(self, answer: _Answer, k: int) -> AsyncIterator[Event]:
+        """Draft up to `k` pieces, verify them all at once, emit what the target chose."""
+        drafter, controller = answer.drafter, answer.controller
+        assert drafter is not None and answer.method is not None
+        round_started = time.perf_counter()
+        try:
+            options = self._draft_options(answer)
+            draft = await asyncio.wait_for(drafter.propose(answer.context, k, options), self.config.draft_timeout)
+            drafted_at = time.perf_counter()
+            if not draft.pieces:  # nothing to verify: a short standard segment, then draft again
+                controller.record_round(k, 0, 0, drafted_at - round_started, 0.0)
+                answer.short_segment = True
+                return
+            verdict = await asyncio.wait_for(
+                self.validator.verify(answer.context, draft, answer.request.options, answer.method, answer.rng),
+                self.config.verify_timeout)
+        except (ServerError, asyncio.TimeoutError, OSError) as error:
+            yield self._fall_back(answer, error)
+            return
+        verified_at = time.perf_counter()
+        drafter.update(draft, verdict.accepted)
+        controller.record_round(k, len(draft), verdict.accepted, drafted_at - round_started, verified_at - drafted_at)
+        answer.context_tokens = verdict.prompt_tokens - answer.output.tokens
+        before = answer.output.tokens
+        for event in self._emit(answer, verdict):
+            yield event
+        record = RoundRecord(k=k, drafted=len(draft), accepted=verdict.accepted,
+                             emitted=answer.output.tokens - before, seconds=verified_at - round_started,
+                             at_seconds=verified_at - answer.started)
+        answer.stats.observe_round(record, drafted_at - round_started, verified_at - drafted_at)
+        yield RoundEvent(record, answer.stats)
+        if not verdict.pieces and not verdict.ended:
+            answer.short_segment, answer.resume_seed = True, verdict.resume_seed
+
+    def _emit(self, answer: _Answer, verdict: Verdict) -> list[TextEvent]:
+        """The verdict's pieces through the output (token limit, stop strings), counted by origin."""
+        output, stats = answer.output, answer.stats
+        events: list[TextEvent] = []
+        for text, origin in verdict.pieces:
+            events += answer.emitted(output.add(text, origin))
+            stats.correction_tokens += origin == "correction"
+            stats.bonus_tokens += origin == "bonus"
+            if output.done_reason:
+                break
+        if verdict.ended and output.done_reason is None:
+            events += answer.emitted(output.end("stop"))
+        return events
+
+    def _done(self, answer: _Answer) -> DoneEvent:
+        stats = answer.stats
+        stats.done_reason = answer.output.done_reason or "stop"
+        stats.output_tokens = answer.output.tokens
+        stats.finish(time.perf_counter() - answer.started)
+        return DoneEvent(answer.output.text, stats)
+
+    # -- helpers -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _draft_options(answer: _Answer) -> SamplingOptions:
+        """Greedy and sample-match draft the most likely pieces; rejection sampling must draw them."""
+        if answer.method != "rejection":
+            return GREEDY
+        options = answer.request.options
+        return SamplingOptions(options.temperature, options.top_k, options.top_p, options.min_p,
+                               seed=int(answer.rng.integers(0, 2**31 - 1)))
+
+    @staticmethod
+    def _fall_back(answer: _Answer, error: Exception) -> FallbackEvent:
+        name = answer.drafter.name if answer.drafter else "draft"
+        if isinstance(error, asyncio.TimeoutError):
+            reason = f"the draft ({name}) or verification took too long; continuing without speculation"
+        else:
+            message = getattr(error, "message", None) or str(error) or type(error).__name__
+            reason = f"speculation failed ({name}): {message}; continuing without speculation"
+        answer.stats.fallbacks.append(Fallback(at_token=answer.output.tokens, reason=reason))
+        answer.drafter = None
+        return FallbackEvent(reason)
 
 
-def _draft_options(options: SamplingOptions, method: str | None, rng: np.random.Generator) -> dict:
-    """Greedy and sample-match draft the most likely pieces; rejection sampling must draw them."""
-    if method != "rejection":
-        return {"temperature": 0}
-    return {"temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p,
-            "min_p": options.min_p, "seed": int(rng.integers(0, 2**31 - 1))}
+async def build_decoder(config: EngineConfig, target: OllamaServer, target_model: str, drafter_choice: str,
+                        draft_server: OllamaServer | None = None) -> SpeculativeDecoder:
+    """A decoder for `drafter_choice`: "none" (standard), a drafter's kind ("lookup"), or a draft model.
 
-
-def _describe(error: Exception, drafter: str) -> str:
-    if isinstance(error, asyncio.TimeoutError):
-        return f"the draft ({drafter}) or verification took too long; continuing without speculation"
-    message = getattr(error, "message", None) or str(error) or type(error).__name__
-    return f"speculation failed ({drafter}): {message}; continuing without speculation"
+    Raises ServerError with the server's message for a missing target or draft model.
+    """
+    await target.show(target_model)  # fails early, with Ollama's message, for an unknown target
+    setup = DraftSetup(target=target, target_model=target_model, draft_server=draft_server or target, config=config)
+    return SpeculativeDecoder(target, target_model, await build_drafter(drafter_choice, setup), config)

@@ -16,6 +16,7 @@ class TextEvent:
 @dataclass
 class RoundEvent:
     record: RoundRecord
+    stats: AnswerStats  # the answer's live statistics: `stats.snapshot(...)` keeps a copy as of now
 
 
 @dataclass

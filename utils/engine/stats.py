@@ -1,13 +1,25 @@
-"""Per-answer statistics, one JSON schema for the CLI, the app, the store and the benchmarks.
+"""Per-answer statistics, one schema for the CLI, the app, the store, the benchmarks and the anchor.
 
-Modelled on vLLM's speculative-decoding metrics (num_drafts, num_draft_tokens, num_accepted_tokens,
-per-position acceptance, mean acceptance length), plus what a user of one answer wants to see.
+Modelled on vLLM's speculative-decoding metrics (`SpecDecodingStats.observe_draft`): counters
+updated as each round happens (drafts, drafted and accepted tokens, per-position acceptance), so a
+live view takes a `snapshot()` at any moment; the derived rates come from `acceptance_rate` and
+`mean_acceptance_length` below, the one place they are defined.
 `AnswerStats.model_json_schema()` prints the schema.
 """
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
+
+
+def acceptance_rate(accepted: int, drafted: int) -> float:
+    """Accepted draft tokens per drafted token."""
+    return accepted / drafted if drafted else 0.0
+
+
+def mean_acceptance_length(accepted: int, drafts: int) -> float:
+    """Tokens per verification step: 1 + accepted / drafts (vLLM's definition); 0 with no drafts."""
+    return 1 + accepted / drafts if drafts else 0.0
 
 
 class Fallback(BaseModel):
@@ -29,6 +41,7 @@ class AnswerStats(BaseModel):
     target: str
     drafter: str | None = None
     method: str | None = Field(None, description="greedy | sample-match | rejection")
+    engine: str = Field("project", description="which engine answered: 'project' or 'llama.cpp' (the anchor)")
     done_reason: str = ""
     output_tokens: int = 0
     drafts: int = Field(0, description="verification steps that carried a draft (vLLM num_drafts)")
@@ -44,6 +57,8 @@ class AnswerStats(BaseModel):
     per_position_acceptance: list[float] = Field(
         default_factory=list, description="at draft position i: accepted / drafts that reached i"
     )
+    position_reached: list[int] = Field(default_factory=list, description="drafts that reached position i")
+    position_accepted: list[int] = Field(default_factory=list, description="drafts accepted at position i")
     acceptance_histogram: list[int] = Field(
         default_factory=list, description="index n: drafts of which exactly n tokens were accepted"
     )
@@ -57,29 +72,52 @@ class AnswerStats(BaseModel):
     standard_seconds: float = 0.0
     tokens_per_second: float = 0.0
 
-    def add_round(self, record: RoundRecord) -> None:
-        self.rounds.append(record)
-        self.k_history.append(record.k)
-        if record.k == 0 or record.drafted == 0:
-            return
+    def observe_round(self, record: RoundRecord, draft_seconds: float = 0.0, verify_seconds: float = 0.0) -> None:
+        """One speculative round: its counters, then the rates derived from them."""
+        self._add(record)
+        self.draft_seconds += draft_seconds
+        self.verify_seconds += verify_seconds
+        if record.drafted:
+            self.observe_draft(record.drafted, record.accepted)
+
+    def observe_standard(self, record: RoundRecord) -> None:
+        """One standard segment (K = 0)."""
+        self._add(record)
+        self.standard_tokens += record.emitted
+        self.standard_seconds += record.seconds
+
+    def observe_draft(self, drafted: int, accepted: int) -> None:
+        """A verified draft of `drafted` tokens of which the first `accepted` were kept."""
         self.drafts += 1
-        self.drafted_tokens += record.drafted
-        self.accepted_tokens += record.accepted
-        if len(self.acceptance_histogram) <= record.drafted:
-            self.acceptance_histogram.extend([0] * (record.drafted + 1 - len(self.acceptance_histogram)))
-        self.acceptance_histogram[record.accepted] += 1
+        self.drafted_tokens += drafted
+        self.accepted_tokens += accepted
+        _grow(self.acceptance_histogram, drafted + 1)
+        self.acceptance_histogram[accepted] += 1
+        _grow(self.position_reached, drafted)
+        _grow(self.position_accepted, drafted)
+        for position in range(min(accepted + 1, drafted)):
+            self.position_reached[position] += 1
+            self.position_accepted[position] += position < accepted
+        self.acceptance_rate = acceptance_rate(self.accepted_tokens, self.drafted_tokens)
+        self.mean_acceptance_length = mean_acceptance_length(self.accepted_tokens, self.drafts)
+        self.per_position_acceptance = [a / r for a, r in zip(self.position_accepted, self.position_reached) if r]
+
+    def snapshot(self, elapsed_seconds: float) -> AnswerStats:
+        """A copy as of now, with the speed so far: for live views while the answer streams."""
+        copy = self.model_copy(deep=True)
+        copy.total_seconds = elapsed_seconds
+        copy.tokens_per_second = copy.output_tokens / elapsed_seconds if elapsed_seconds > 0 else 0.0
+        return copy
 
     def finish(self, total_seconds: float) -> None:
         self.total_seconds = total_seconds
         self.tokens_per_second = self.output_tokens / total_seconds if total_seconds > 0 else 0.0
-        if self.drafted_tokens:
-            self.acceptance_rate = self.accepted_tokens / self.drafted_tokens
-        if self.drafts:
-            self.mean_acceptance_length = 1 + self.accepted_tokens / self.drafts
-        longest = max((r.drafted for r in self.rounds), default=0)
-        self.per_position_acceptance = []
-        for position in range(longest):
-            reached = [r for r in self.rounds if r.k and r.drafted > position and r.accepted >= position]
-            if reached:
-                accepted = sum(1 for r in reached if r.accepted > position)
-                self.per_position_acceptance.append(accepted / len(reached))
+
+    def _add(self, record: RoundRecord) -> None:
+        self.rounds.append(record)
+        self.k_history.append(record.k)
+        self.output_tokens += record.emitted
+
+
+def _grow(counts: list[int], size: int) -> None:
+    counts.extend([0] * (size - len(counts)))

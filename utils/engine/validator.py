@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from utils.engine.client import OllamaServer, Step
-from utils.engine.drafters.base import Draft
+from utils.engine.drafters import Draft
 from utils.sampling import SamplingOptions, text_distribution
 
 END = ""  # how an end-of-text token appears among top log-probabilities
@@ -47,10 +47,12 @@ class Verdict:
     resume_seed: int | None = None
 
 
-def choose_method(options: SamplingOptions, same_tokenizer: bool) -> str:
+def choose_method(options: SamplingOptions, exact_distribution: bool) -> str:
+    """How to verify: `exact_distribution` says the drafter reports its distribution over the target's
+    tokens (see Drafter.exact_distribution)."""
     if options.greedy:
         return "greedy"
-    if same_tokenizer and 0 < options.top_k <= MAX_TOP_LOGPROBS:
+    if exact_distribution and 0 < options.top_k <= MAX_TOP_LOGPROBS:
         return "rejection"
     return "sample-match"
 
@@ -67,8 +69,7 @@ class PromptPrefixValidator:
         top = 0
         seeds: list[int | None] = [None] * len(prompts)
         if method == "sample-match":
-            base.update(temperature=options.temperature, top_k=options.top_k, top_p=options.top_p,
-                        min_p=options.min_p)
+            base.update({key: value for key, value in options.to_ollama().items() if key != "seed"})
             seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=len(prompts))]
         elif method == "rejection":
             top = MAX_TOP_LOGPROBS

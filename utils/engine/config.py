@@ -1,0 +1,27 @@
+"""The engine's settings: draft limits, draft sampling, context size and time limits.
+
+Read from the environment like the app's settings (`SPEC_K_MAX`, `SPEC_P_MIN`, ...) and nested in
+`config.Settings` as `settings.engine`; the engine itself takes only this object.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+K_LIMIT = 16  # the longest draft anything may ask for: the controller, a fixed --k, the app's slider
+
+
+class EngineConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="SPEC_", env_file=".env", extra="ignore")
+
+    k_max: int = Field(default=8, ge=0, le=K_LIMIT, description="longest draft the controller may pick")
+    p_min: float = Field(default=0.3, ge=0.0, le=1.0, description="stop drafting below this probability")
+    n_min: int = Field(default=1, ge=1, le=K_LIMIT, description="drop drafts shorter than this")
+    draft_top_k: int = Field(default=5, ge=1, le=20, description="draft candidates read per position")
+    num_ctx: int = Field(default=4096, ge=256, le=131072, description="context size asked of the server")
+
+    connect_timeout: float = Field(default=5.0, gt=0, description="seconds to connect to a server")
+    request_timeout: float = Field(default=300.0, gt=0, description="seconds for a whole standard answer")
+    draft_timeout: float = Field(default=10.0, gt=0, description="seconds for one draft proposal")
+    verify_timeout: float = Field(default=60.0, gt=0, description="seconds for one verification step")

@@ -1,0 +1,70 @@
+"""A small model on an Ollama server drafts: the classic speculative decoding."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from utils.engine.client import OllamaServer, RequestRefused, Token
+from utils.engine.drafters.base import Draft, Drafter, DraftSetup
+from utils.engine.tokenizers import tokenizer_relation
+from utils.sampling import SamplingOptions
+
+
+class ModelDrafter(Drafter):
+    """A draft model streamed raw with logprobs; chosen by the draft model's name.
+
+    Drafting stops at K pieces, at a piece whose probability is below `p_min`, at a piece that is only
+    part of a character, or at the end of text; a draft shorter than `n_min` is dropped. Stopping
+    closes the stream, so the server stops too.
+    """
+
+    description = "a smaller model of the same family"
+
+    def __init__(self, server: OllamaServer, model: str, *, p_min: float, n_min: int, top_k: int, num_ctx: int,
+                 same_tokenizer: bool = False):
+        self.server, self.model, self.name = server, model, model
+        self.p_min, self.n_min, self.top_k, self.num_ctx = p_min, n_min, top_k, num_ctx
+        # With the target's tokenizer its top log-probabilities are over the target's tokens.
+        self.exact_distribution = same_tokenizer
+
+    @classmethod
+    async def create(cls, choice: str, setup: DraftSetup) -> ModelDrafter:
+        relation = await tokenizer_relation(setup.target, setup.target_model, setup.draft_server, choice)
+        if relation == "unusable":
+            raise RequestRefused(f"'{choice}' cannot draft for '{setup.target_model}' on this server")
+        config = setup.config
+        return cls(setup.draft_server, choice, p_min=config.p_min, n_min=config.n_min, top_k=config.draft_top_k,
+                   num_ctx=config.num_ctx, same_tokenizer=relation == "same")
+
+    @classmethod
+    def llama_server_args(cls, k: str, model_path: Path | None) -> list[str] | None:
+        if model_path is None:
+            return None
+        return ["--spec-type", "draft-simple", "-md", str(model_path)] + ([] if k == "auto" else ["--spec-draft-n-max", k])
+
+    async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
+        draft = Draft()
+        if k <= 0:
+            return draft
+        request = options.to_ollama()
+        # The draft samples from at most its top_k candidates, all of which it reports back.
+        request.update(num_predict=k, num_ctx=self.num_ctx, top_k=min(options.top_k or self.top_k, self.top_k))
+        async for chunk in self.server.stream_raw(self.model, context, request, self.top_k):
+            if self._extend(draft, chunk.tokens, k) or chunk.done_reason is not None:
+                break
+        if len(draft) < self.n_min:
+            return Draft()
+        return draft
+
+    def _extend(self, draft: Draft, tokens: list[Token], k: int) -> bool:
+        """Add confident, whole-character tokens to `draft`; True once drafting should stop."""
+        for token in tokens:
+            confident = token.logprob is None or math.exp(token.logprob) >= self.p_min
+            if not (token.complete and token.text and confident):
+                return True
+            draft.pieces.append(token.text)
+            draft.top_logprobs.append(token.top)
+            if len(draft) == k:
+                return True
+        return False

@@ -1,0 +1,73 @@
+"""A model's tokenizer as the engine sees it through the Ollama API: the text of its tokens, and whether
+a draft model shares the target's tokenizer.
+
+A draft model with the target's tokenizer ("same") proposes pieces that are usually whole target
+tokens and allows rejection sampling; one with another tokenizer ("cross") still works, because the
+validator compares text, but is accepted less often; the target itself or a model that cannot be
+read is "unusable".
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from utils.engine.client import OllamaServer
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2 byte-level BPE writes each byte as a printable character; this undoes that."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1)
+    )
+    codes = printable[:]
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            codes.append(256 + extra)
+            extra += 1
+    return {chr(code): byte for byte, code in zip(printable, codes)}
+
+
+def vocabulary_from_show(show: dict[str, Any]) -> set[str]:
+    """The text of every token of a model, from `/api/show` with `verbose` (GGUF token strings)."""
+    info = show.get("model_info") or {}
+    tokens: list[str] = info.get("tokenizer.ggml.tokens") or []
+    kind = info.get("tokenizer.ggml.model", "")
+    pieces: set[str] = set()
+    if kind == "gpt2":
+        decoder = _byte_decoder()
+        for token in tokens:
+            try:
+                pieces.add(bytes(decoder[c] for c in token).decode("utf-8"))
+            except (KeyError, UnicodeDecodeError):
+                continue  # special tokens and partial characters
+    else:  # SentencePiece: '▁' stands for a space
+        pieces = {token.replace("\u2581", " ") for token in tokens if not token.startswith("<")}
+    pieces.discard("")
+    return pieces
+
+
+_vocabularies: dict[tuple[str, str], tuple[str, set[str]]] = {}
+
+
+async def vocabulary(server: OllamaServer, model: str) -> tuple[str, set[str]]:
+    """(fingerprint of the tokenizer, the text of its tokens), cached per server and model."""
+    key = (server.url, model)
+    if key not in _vocabularies:
+        show = await server.show(model, verbose=True)
+        tokens = (show.get("model_info") or {}).get("tokenizer.ggml.tokens") or []
+        fingerprint = hashlib.sha256("\x00".join(tokens).encode()).hexdigest() if tokens else ""
+        _vocabularies[key] = (fingerprint, vocabulary_from_show(show))
+    return _vocabularies[key]
+
+
+async def tokenizer_relation(target: OllamaServer, target_model: str, draft: OllamaServer, draft_model: str) -> str:
+    if draft.url == target.url and draft_model == target_model:
+        return "unusable"
+    target_print, _ = await vocabulary(target, target_model)
+    draft_print, _ = await vocabulary(draft, draft_model)  # a missing draft raises its ServerError
+    if not target_print or not draft_print:
+        return "cross"  # a server that does not list tokens: assume the worst that still works
+    return "same" if target_print == draft_print else "cross"
