@@ -3,12 +3,9 @@
 Each model keeps a single KV-cache sequence and serves requests one evaluation at a time. The one
 trick is for the prompt-prefix validator: requests that arrive together with `num_predict` 1 and
 prompts that extend one another (context, context+d1, context+d1+d2, ...) are answered from ONE
-evaluation of the longest prompt, reading each request's next-token logits at its own position.
-
-Tokenization follows the cache: a prompt whose text starts with the text of the cached tokens keeps
-those tokens and only the rest is tokenized, and in a nested group each prompt is tokenized as the
-previous one plus its extra text. That is what keeps a speculative answer on the same token
-sequence as a standard one; re-tokenizing generated text from scratch can split it differently.
+llama_decode of the longest prompt's new tokens, reading each request's next-token logits at its own
+position. Prompts are tokenized against the cache (cache.py), at a cost proportional to what is new;
+in a nested group each prompt is tokenized as the previous one plus its extra text.
 """
 
 from __future__ import annotations
@@ -24,18 +21,47 @@ from pathlib import Path
 
 import numpy as np
 
+from utils.embedded.cache import TokenCache, common_prefix
 from utils.sampling import SamplingOptions, log_sum_exp, sample
 
-# A validator's K+1 requests reach the worker a few milliseconds apart (each is parsed on its own).
-# After a one-token request, the worker waits until the requests stop coming: a quiet gap, or a cap.
-BURST_GAP_SECONDS = 0.006
+# A validator's K+1 requests reach the server a little apart (each is sent and parsed on its own).
+# After a one-token request, the worker waits while requests that have arrived are still being
+# parsed, and for a short quiet gap after the latest arrival; never longer than the cap. A lone
+# request was parsed for longer than the gap already, so it does not wait at all.
+BURST_GAP_SECONDS = 0.0015
 BURST_MAX_SECONDS = 0.040
+BURST_POLL_SECONDS = 0.0002
+
+EXACT_ROWS = 7
 
 # llama.cpp computes with OpenMP, and libgomp keeps a team of threads for each thread that calls it.
 # With a team per loaded model there are more OpenMP threads than cores, and libgomp then stops
 # spinning between steps: the target decoded about 15% slower once a draft model was loaded beside
 # it. Every model's evaluations run on this one thread instead, so there is one team in all.
 _COMPUTE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
+
+
+class Arrivals:
+    """Generation requests the server has begun to read but not yet handed to a model.
+
+    The HTTP layer counts them (`arrive` when a request comes in, `settle` once its job is submitted
+    or it ends otherwise); a worker holding a one-token job waits while any are in flight, since
+    they may be the rest of its validator burst. Written by the event loop, read by the workers.
+    """
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+        self.last = 0.0  # time.monotonic() of the latest arrival
+
+    def arrive(self) -> None:
+        self.in_flight += 1
+        self.last = time.monotonic()
+
+    def settle(self) -> None:
+        self.in_flight -= 1
+
+
+ARRIVALS = Arrivals()
 
 
 class EngineError(Exception):
@@ -77,6 +103,8 @@ class Job:
     on_done: Callable[[Completion | EngineError], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
     tokens: list[int] = field(default_factory=list)
+    reuse: int = 0  # leading tokens known to equal the cache as it was at `version`
+    version: int = -1
 
 
 @contextmanager
@@ -103,6 +131,23 @@ def _model_defaults(**fields: object) -> Iterator[None]:
         llama_module.llama_cpp.llama_model_default_params = original
 
 
+def _piece(vocab: object, token: int) -> bytes:
+    """A token's bytes. Special tokens keep their text (<|im_start|>): raw prompts contain them and
+    Ollama shows them. (llama-cpp-python's detokenize cuts pieces over 32 bytes, such as long runs of
+    spaces in code, to nothing.)"""
+    import ctypes
+
+    from llama_cpp import llama_cpp
+
+    size = 64
+    while True:
+        buffer = ctypes.create_string_buffer(size)
+        length = llama_cpp.llama_token_to_piece(vocab, token, buffer, size, 0, True)
+        if length >= 0:
+            return buffer.raw[:length]
+        size = -length  # too small: the length it needs
+
+
 class ModelRunner:
     """A loaded model, its KV cache and the thread that owns both."""
 
@@ -123,19 +168,52 @@ class ModelRunner:
         self.current: Job | None = None
         model = self.llama._model
         self.vocab_size = self.llama.n_vocab()
-        # Special tokens keep their text (<|im_start|>): raw prompts contain them and Ollama shows them.
-        self.pieces = [model.detokenize([t], special=True) for t in range(self.vocab_size)]
         vocab = llama_cpp.llama_model_get_vocab(model.model)
+        self.pieces = [_piece(vocab, t) for t in range(self.vocab_size)]
         self.end_tokens = {t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, t)}
-        self.cached: list[int] = []  # tokens whose keys and values are in the KV cache
-        self.predicted: dict[int, int] = {}  # position -> the token this model chose there
+        self.cache = TokenCache(
+            self.pieces, lambda text, add_bos: self.llama.tokenize(text, add_bos=add_bos, special=True),
+            adds_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)), bos=int(llama_cpp.llama_vocab_bos(vocab)),
+        )
+        # With the exact kernels a row is computed alike in batches of up to 7 tokens and alone, but
+        # not in batches of 8 or more (qwen2.5-coder's Q4_K_M here; `python -m pytest
+        # tests/test_engine_direct.py -k rows`). Rows whose logits are read are evaluated in batches
+        # of at most this many, so a validator burst up to K = 6 is one llama_decode and a greedy
+        # speculative answer stays the standard one. With fast batches, nothing is exact anyway.
+        self.exact_rows = EXACT_ROWS if not fast_batches else self.llama.n_batch
+        self._batch_views()
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.thread = threading.Thread(target=self._serve, name=f"model {name}", daemon=True)
         self.thread.start()
 
+    def _batch_views(self) -> None:
+        """numpy views of llama.cpp's batch arrays: filling a batch is then a few array copies."""
+        batch = self.llama._batch.batch
+        size = self.llama.n_batch
+        self._batch_tokens = np.ctypeslib.as_array(batch.token, shape=(size,))
+        self._batch_positions = np.ctypeslib.as_array(batch.pos, shape=(size,))
+        self._batch_logits = np.ctypeslib.as_array(batch.logits, shape=(size,))
+        np.ctypeslib.as_array(batch.n_seq_id, shape=(size,))[:] = 1
+        for i in range(size):
+            batch.seq_id[i][0] = 0
+
     @property
     def metadata(self) -> dict[str, str]:
         return dict(self.llama.metadata)
+
+    @property
+    def cached(self) -> list[int]:
+        """The tokens whose keys and values are in the KV cache."""
+        return self.cache.tokens
+
+    @property
+    def predicted(self) -> dict[int, int]:
+        """position -> the token the model chose there."""
+        return {p: t for p, t in enumerate(self.cache.chosen) if t >= 0}
+
+    def tokenize(self, text: bytes) -> list[int]:
+        """The tokens a request for `text` would be evaluated with, given the cache as it is now."""
+        return self.cache.tokenize(text)[0]
 
     def vocabulary(self) -> list[str]:
         """Token strings as the GGUF file writes them (what Ollama's verbose /api/show lists)."""
@@ -158,44 +236,6 @@ class ModelRunner:
         self.thread.join()
         self.llama.close()
 
-    # -- tokenization ---------------------------------------------------------------------------
-
-    def tokenize(self, text: bytes, after: list[int] | None = None) -> list[int]:
-        """Tokens for `text`, continuing `after` (tokens whose text is a prefix) or the cache."""
-        base = after if after is not None else self._continue_cache(text)
-        rest = text[sum(len(self.pieces[t]) for t in base) :] if base else text
-        if not rest:
-            return list(base)
-        return list(base) + self.llama.tokenize(rest, add_bos=not base, special=True)
-
-    def _continue_cache(self, text: bytes) -> list[int]:
-        """The start of `text` as tokens: where a fresh tokenization agrees with the cache, and beyond
-        that, the tokens this model chose itself.
-
-        Where the model predicted the token at a position (it generated it, or answered a validator
-        request there) and the text goes on with that token, the text is the model's own output and
-        keeps the model's own tokens, as it would in one long generation. Anywhere else the prompt is
-        tokenized as if fresh, so an answer never depends on what an earlier prompt left cached.
-        """
-        fresh = self.llama.tokenize(text, add_bos=True, special=True)
-        tokens: list[int] = []
-        offset = 0
-        for position in range(len(self.cached) + 1):
-            cached = self.cached[position] if position < len(self.cached) else None
-            predicted = self.predicted.get(position)
-            on_fresh = tokens == fresh[: len(tokens)]
-            if predicted is not None and self.pieces[predicted] and text.startswith(self.pieces[predicted], offset):
-                choice = predicted
-            elif on_fresh and cached is not None and position < len(fresh) and cached == fresh[position]:
-                choice = cached
-            else:
-                break
-            tokens.append(choice)
-            offset += len(self.pieces[choice])
-            if choice != cached:
-                break  # past here the cache holds another text
-        return fresh if tokens == fresh[: len(tokens)] else tokens
-
     # -- the worker ------------------------------------------------------------------------------
 
     def _serve(self) -> None:
@@ -204,20 +244,31 @@ class ModelRunner:
             if job is None:
                 return
             burst = [job]
-            cap = time.monotonic() + (BURST_MAX_SECONDS if job.num_predict == 1 and self.batch else 0.0)
-            while (wait := min(BURST_GAP_SECONDS, cap - time.monotonic())) > 0:
-                try:
-                    more = self.jobs.get(timeout=wait)
-                except queue.Empty:
-                    break
-                if more is None:
-                    self.jobs.put(None)
-                    break
-                burst.append(more)
+            if job.num_predict == 1 and self.batch:
+                self._gather(burst)
             for group in self._nested_groups(burst):
                 self.current = group[-1]
                 self._run_group(group)
                 self.current = None
+
+    def _gather(self, burst: list[Job]) -> None:
+        """Add the jobs that arrive while requests are still being read, or within a short gap."""
+        cap = time.monotonic() + BURST_MAX_SECONDS
+        while True:
+            try:
+                more = self.jobs.get_nowait()
+            except queue.Empty:
+                now = time.monotonic()
+                if now >= cap or (ARRIVALS.in_flight <= 0 and now - ARRIVALS.last >= BURST_GAP_SECONDS):
+                    return
+                try:
+                    more = self.jobs.get(timeout=BURST_POLL_SECONDS)
+                except queue.Empty:
+                    continue
+            if more is None:
+                self.jobs.put(None)
+                return
+            burst.append(more)
 
     def _nested_groups(self, burst: list[Job]) -> list[list[Job]]:
         """Tokenize the burst shortest first and chain prompts that extend one another."""
@@ -229,7 +280,12 @@ class ModelRunner:
                 and job.prompt.startswith(last.prompt)
             )
             try:
-                job.tokens = self.tokenize(job.prompt, after=last.tokens if nests else None)
+                if nests:
+                    job.tokens = self.cache.after(last.tokens, job.prompt, len(last.prompt))
+                    job.reuse, job.version = last.reuse, last.version
+                else:
+                    job.tokens, job.reuse = self.cache.tokenize(job.prompt)
+                    job.version = self.cache.version
             except Exception as error:  # noqa: BLE001 - reported to the client, never raised here
                 job.on_done(EngineError(f"could not tokenize the prompt: {error}", 400))
                 continue
@@ -250,9 +306,10 @@ class ModelRunner:
                     f"({self.num_ctx} tokens)", 400
                 )
             started = time.perf_counter_ns()
-            rows = self._evaluate(longest, first_row=len(group[0].tokens) - 1)
-            prompt_ns = time.perf_counter_ns() - started
             first = len(group[0].tokens) - 1
+            hint = group[0].reuse if group[0].version == self.cache.version else 0
+            rows = self._evaluate(longest, first_row=first, hint=hint, copy=False)
+            prompt_ns = time.perf_counter_ns() - started
             for job in group:
                 self._generate(job, rows[len(job.tokens) - 1 - first], prompt_ns)
         except EngineError as error:
@@ -262,42 +319,53 @@ class ModelRunner:
             for job in group:
                 job.on_done(EngineError(f"llama.cpp failed: {error}", 500))
 
-    def _evaluate(self, tokens: list[int], first_row: int) -> np.ndarray:
-        """Bring the KV cache to `tokens` and return the logits of positions first_row..end."""
-        keep = 0
-        for cached, wanted in zip(self.cached, tokens[:first_row]):
-            if cached != wanted:
-                break
-            keep += 1
-        ctx = self.llama._ctx
-        ctx.kv_cache_seq_rm(-1, keep, -1)
-        self.cached = tokens[:keep]
-        self.predicted = {p: t for p, t in self.predicted.items() if p <= keep}
-        if keep < first_row:
-            self._decode(tokens[keep:first_row], with_logits=False)
-        first = self._decode(tokens[first_row : first_row + 1], with_logits=True)
-        if len(tokens) == first_row + 1:
-            return first
-        return np.concatenate([first, self._decode(tokens[first_row + 1 :], with_logits=True)])
+    def _evaluate(self, tokens: list[int], first_row: int, hint: int = 0, copy: bool = True) -> np.ndarray:
+        """Bring the KV cache to `tokens` and return the logits of positions first_row..end.
 
-    def _decode(self, tokens: list[int], with_logits: bool) -> np.ndarray:
-        batch, ctx = self.llama._batch, self.llama._ctx
+        The tokens before first_row that are not cached yet are evaluated first (their logits are
+        not needed), then the rows first_row..end in one llama_decode (a validator burst: the
+        context's last token and the K drafts together), or in several of at most `exact_rows`.
+        `hint`: leading tokens known to equal the cache. Without `copy` the rows may be a view of
+        llama.cpp's buffer, valid until the next decode.
+        """
+        keep = common_prefix(self.cache.tokens, tokens, first_row, hint)
+        if keep < len(self.cache.tokens):
+            self.llama._ctx.kv_cache_seq_rm(-1, keep, -1)
+        self.cache.truncate(keep)
+        if keep < first_row:
+            self._decode(tokens[keep:first_row], rows=False)
+        return self._decode(tokens[first_row:], rows=True, copy=copy)
+
+    def _decode(self, tokens: list[int], rows: bool, copy: bool = True) -> np.ndarray:
+        """Evaluate `tokens` after the cache; with `rows`, return the logits of each (else of none)."""
+        ctx = self.llama._ctx
+        size = self.exact_rows if rows else self.llama.n_batch
         outputs = []
-        for start in range(0, len(tokens), self.llama.n_batch):
-            chunk = tokens[start : start + self.llama.n_batch]
-            batch.set_batch(batch=chunk, n_past=len(self.cached), logits_all=with_logits)
-            _COMPUTE.submit(ctx.decode, batch).result()
-            self.cached.extend(chunk)
-            if with_logits:
-                flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(len(chunk) * self.vocab_size,))
-                outputs.append(flat.reshape(len(chunk), self.vocab_size).copy())
-        if not with_logits:
+        for start in range(0, len(tokens), size):
+            chunk = tokens[start : start + size]
+            count, past = len(chunk), len(self.cache.tokens)
+            self._batch_tokens[:count] = chunk
+            self._batch_positions[:count] = np.arange(past, past + count, dtype=np.int32)
+            self._batch_logits[:count] = rows
+            self._batch_logits[count - 1] = 1  # llama.cpp always gives the last token's logits
+            self.llama._batch.batch.n_tokens = count
+            _COMPUTE.submit(ctx.decode, self.llama._batch).result()
+            self.cache.extend(chunk)
+            if rows:
+                flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(count * self.vocab_size,))
+                last = start + size >= len(tokens)  # the next decode would overwrite a view
+                outputs.append(flat.reshape(count, self.vocab_size) if last else flat.reshape(count, self.vocab_size).copy())
+        if not outputs:
             return np.empty((0, self.vocab_size), dtype=np.float32)
+        if len(outputs) == 1:
+            return outputs[0].copy() if copy else outputs[0]
         return np.concatenate(outputs)
+
+    # -- generation -------------------------------------------------------------------------------
 
     def _generate(self, job: Job, logits: np.ndarray, prompt_ns: int) -> None:
         """Sample from `logits`, then keep decoding one token at a time until a stop."""
-        rng = np.random.default_rng(job.options.seed)
+        rng = np.random.default_rng(job.options.seed) if not job.options.greedy else None
         count, reason = 0, "length"
         started = time.perf_counter_ns()
         while True:
@@ -305,7 +373,7 @@ class ModelRunner:
                 reason = "cancelled"
                 break
             token = sample(logits, job.options, rng)
-            self.predicted[len(job.tokens) + count] = token
+            self.cache.choose(len(job.tokens) + count, token)
             if token in self.end_tokens:
                 reason = "stop"
                 break
@@ -313,12 +381,13 @@ class ModelRunner:
             count += 1
             if count == job.num_predict or job.cancelled.is_set():
                 break
-            if len(self.cached) + 1 >= self.num_ctx:
+            if len(self.cache.tokens) + 1 >= self.num_ctx:
                 break  # the context is full: Ollama ends such an answer with done_reason "length"
-            logits = self._decode([token], with_logits=True)[-1]
+            logits = self._decode([token], rows=True, copy=False)[-1]
         job.on_done(Completion(reason, len(job.tokens), prompt_ns, count, time.perf_counter_ns() - started))
 
     def _token_info(self, token: int, logits: np.ndarray, top_logprobs: int | None) -> TokenInfo:
+        """The token's piece; its log-probability and the `top_logprobs` best only when asked."""
         if top_logprobs is None:
             return TokenInfo(token, self.pieces[token])
         normalizer = log_sum_exp(logits)

@@ -1,0 +1,288 @@
+"""Where a speculative round's time goes: the engine, or the HTTP orchestration around it.
+
+For standard decoding, a draft proposal and validator bursts of K+1 nested one-token requests, this
+prints the wall time a client sees, the engine time the server reports (Ollama's `*_duration`
+fields) and their difference, and then the speed-up those times allow:
+
+    S(K, a) = (1 - a^(K+1)) / (1 - a) * T_standard / (K * T_draft + T_burst(K))
+
+for acceptance rates a, with the best K for each. On the embedded server the same projection is also
+printed from the engine's own times (an ideal verifier with no orchestration cost), so the share lost
+to orchestration is one number. Measurements are interleaved round by round and the medians kept,
+because the machine is shared and noisy. Works against any Ollama server (`--host`); without one it
+starts the embedded server.
+
+    python cli.py bench-overhead [--host URL] [--target M] [--draft M] [--context N ...] [--repeat R]
+
+Requests look like the engine's (utils/engine/client.py): one keep-alive httpx client, raw prompts,
+validator positions as non-streamed `num_predict` 1 requests with `logprobs`, drafts streamed with
+their top log-probabilities. "Engine time" of a request is its `total_duration`; that of a burst,
+the largest `total_duration` among its requests (on a server that evaluates them together, each
+reports the shared evaluation).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+KS = (2, 4, 8)
+RATES = (0.6, 0.7, 0.8, 0.9)
+STANDARD_TOKENS = 16
+ONE_TOKEN_STEPS = 4  # one-token requests in a row, each prompt extending the one before by its answer
+DRAFT_TOP_K = 5  # the engine's default draft_top_k
+SMALL = "smollm2:135m"
+
+
+@dataclass
+class Sample:
+    wall_ms: float
+    engine_ms: float
+
+    @property
+    def outside_ms(self) -> float:
+        return self.wall_ms - self.engine_ms
+
+
+@dataclass
+class Row:
+    label: str
+    samples: list[Sample] = field(default_factory=list)
+
+    def median(self) -> Sample:
+        return Sample(statistics.median(s.wall_ms for s in self.samples),
+                      statistics.median(s.engine_ms for s in self.samples))
+
+    def outside(self) -> float:
+        return statistics.median(s.outside_ms for s in self.samples)
+
+
+def context_text(tokens_wanted: int, chars_per_token: float) -> str:
+    """Python source of about `tokens_wanted` tokens; raw code goes on without an end of text."""
+    blocks, size, i = [], 0, 0
+    header = '"""Inventory helpers."""\n\nfrom dataclasses import dataclass\n\n\n'
+    size = len(header)
+    while size < tokens_wanted * chars_per_token:
+        block = (
+            f"def price_of_item_{i}(quantity: int, discount: float = 0.{i % 9 + 1}) -> float:\n"
+            f'    """Total price of {i + 3} units of item {i}, after the discount."""\n'
+            f"    unit = {i * 7 % 97 + 1}.{i % 10}5\n"
+            f"    return round(quantity * unit * (1 - discount), 2)\n\n\n"
+        )
+        blocks.append(block)
+        size += len(block)
+    return header + "".join(blocks) + "class Inventory:\n    def __init__(self):\n"
+
+
+class Bench:
+    def __init__(self, url: str, target: str, draft: str):
+        self.url, self.target, self.draft = url, target, draft
+        self.http = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0, connect=10.0),
+                                      limits=httpx.Limits(max_keepalive_connections=32, max_connections=64))
+        self.num_ctx = 4096
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    def _body(self, model: str, prompt: str, num_predict: int, stream: bool, top: int) -> dict:
+        return {"model": model, "prompt": prompt, "raw": True, "stream": stream, "logprobs": True,
+                "top_logprobs": top, "options": {"temperature": 0, "num_predict": num_predict,
+                                                 "num_ctx": self.num_ctx}}
+
+    async def one(self, model: str, prompt: str) -> dict:
+        response = await self.http.post("/api/generate", json=self._body(model, prompt, 1, False, 0))
+        if response.status_code != 200:
+            raise RuntimeError(f"{self.url} answered {response.status_code}: {response.text[:300]}")
+        return response.json()
+
+    async def stream(self, model: str, prompt: str, num_predict: int, top: int) -> tuple[list[str], dict]:
+        pieces, final = [], {}
+        body = self._body(model, prompt, num_predict, True, top)
+        async with self.http.stream("POST", "/api/generate", json=body) as response:
+            if response.status_code != 200:
+                raise RuntimeError(f"{self.url} answered {response.status_code}: {(await response.aread())[:300]!r}")
+            async for line in response.aiter_lines():
+                if not line:
+                    continue
+                message = json.loads(line)
+                if "error" in message:
+                    raise RuntimeError(f"{self.url}: {message['error']}")
+                if message.get("done"):
+                    final = message
+                else:
+                    pieces.append(message.get("response", ""))
+        return pieces, final
+
+    # -- the measurements -------------------------------------------------------------------------
+
+    async def standard(self, context: str) -> Sample:
+        started = time.perf_counter()
+        _, final = await self.stream(self.target, context, STANDARD_TOKENS, 0)
+        wall = (time.perf_counter() - started) * 1000
+        count = max(final.get("eval_count") or 1, 1)
+        return Sample(wall / count, final["total_duration"] / 1e6 / count)
+
+    async def draft_proposal(self, context: str, k: int) -> Sample:
+        started = time.perf_counter()
+        _, final = await self.stream(self.draft, context, k, DRAFT_TOP_K)
+        return Sample((time.perf_counter() - started) * 1000, final["total_duration"] / 1e6)
+
+    async def burst(self, prompts: list[str]) -> Sample:
+        started = time.perf_counter()
+        answers = await asyncio.gather(*(self.one(self.target, prompt) for prompt in prompts))
+        wall = (time.perf_counter() - started) * 1000
+        return Sample(wall, max(a["total_duration"] for a in answers) / 1e6)
+
+    async def one_token_steps(self, context: str, pieces: list[str]) -> list[Sample]:
+        """One-token requests in a row, each prompt the last one plus its answer (so it extends the
+        text the server has just cached); the first, which may follow anything, is not counted."""
+        samples, prompt = [], context
+        for step in range(ONE_TOKEN_STEPS + 1):
+            started = time.perf_counter()
+            answer = await self.one(self.target, prompt)
+            wall = (time.perf_counter() - started) * 1000
+            if step:
+                samples.append(Sample(wall, answer["total_duration"] / 1e6))
+            prompt += answer.get("response") or pieces[step % len(pieces)]
+        return samples
+
+
+async def build_context(bench: Bench, tokens_wanted: int) -> tuple[str, int]:
+    """A context of about `tokens_wanted` target tokens (counted by the server)."""
+    chars_per_token = 3.0
+    for _ in range(3):
+        text = context_text(tokens_wanted, chars_per_token)
+        counted = (await bench.one(bench.target, text))["prompt_eval_count"]
+        if abs(counted - tokens_wanted) <= max(8, tokens_wanted // 50):
+            return text, counted
+        chars_per_token *= tokens_wanted / max(counted, 1)
+    return text, counted
+
+
+async def measure(url: str, target: str, draft: str, tokens_wanted: int, repeat: int,
+                  progress: Callable[[str], None] | None = None) -> dict:
+    bench = Bench(url, target, draft)
+    try:
+        bench.num_ctx = max(4096, 1 << (tokens_wanted + 2 * STANDARD_TOKENS + max(KS) + 64).bit_length())
+        about = (await bench.http.get("/api/version")).json()
+        context, counted = await build_context(bench, tokens_wanted)
+        pieces, _ = await bench.stream(target, context, max(KS), 0)
+        if len(pieces) < max(KS):
+            raise RuntimeError(f"{target} ended after {len(pieces)} tokens; {max(KS)} are needed for the drafts")
+        rows: dict[str, Row] = {"standard": Row("standard decoding, per token"),
+                                "one": Row("one-token request, extending the cache")}
+        rows.update({f"draft{k}": Row(f"draft proposal, K={k}") for k in KS})
+        rows.update({f"burst{k}": Row(f"validator burst, K={k} ({k + 1} requests)") for k in KS})
+
+        async def round_() -> None:
+            rows["standard"].samples.append(await bench.standard(context))
+            rows["one"].samples.extend(await bench.one_token_steps(context, pieces))
+            for k in KS:
+                rows[f"draft{k}"].samples.append(await bench.draft_proposal(context, k))
+                rows[f"burst{k}"].samples.append(await bench.burst([context + "".join(pieces[:i]) for i in range(k + 1)]))
+
+        await round_()  # warm-up, not counted
+        for row in rows.values():
+            row.samples.clear()
+        for number in range(repeat):
+            if progress:
+                progress(f"context {counted}: round {number + 1} of {repeat}")
+            await round_()
+        return {"context": counted, "embedded": bool(about.get("embedded")), "version": about.get("version"),
+                "rows": rows}
+    finally:
+        await bench.aclose()
+
+
+def speedup(k: int, a: float, standard: float, draft_k: float, burst_k: float) -> float:
+    """S(K, a): expected tokens per round over the round's time, against standard decoding."""
+    return (1 - a ** (k + 1)) / (1 - a) * standard / (draft_k + burst_k)
+
+
+def projection(rows: dict[str, Row], engine: bool) -> list[tuple[float, list[float], int]]:
+    """(a, [S for each K], best K) from the medians; `engine` uses the server's engine times."""
+    def time_of(key: str) -> float:
+        median = rows[key].median()
+        return median.engine_ms if engine else median.wall_ms
+
+    table = []
+    for a in RATES:
+        values = [speedup(k, a, time_of("standard"), time_of(f"draft{k}"), time_of(f"burst{k}")) for k in KS]
+        table.append((a, values, KS[max(range(len(KS)), key=values.__getitem__)]))
+    return table
+
+
+def report(result: dict, target: str, draft: str, repeat: int) -> str:
+    rows: dict[str, Row] = result["rows"]
+    lines = [
+        f"context {result['context']} tokens: target {target}, draft {draft}, "
+        f"{'embedded server' if result['embedded'] else 'Ollama ' + str(result['version'])}, "
+        f"medians of {repeat} interleaved rounds, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
+        f"{'measurement':44} {'wall ms':>9} {'engine ms':>9} {'outside ms':>10}",
+    ]
+    for row in rows.values():
+        median = row.median()
+        lines.append(f"{row.label:44} {median.wall_ms:9.2f} {median.engine_ms:9.2f} {row.outside():10.2f}")
+    single = rows["one"].outside()
+    for k in KS:
+        extra = (rows[f"burst{k}"].outside() - single) / k
+        lines.append(f"extra outside time per nested request, K={k}: {extra:.2f} ms")
+    for k in KS:
+        lines.append(f"draft fixed overhead, K={k}: {rows[f'draft{k}'].outside():.2f} ms")
+    tables = [("projected speed-up S(K, a), wall times", projection(rows, engine=False))]
+    if result["embedded"]:
+        tables.append(("ideal one-decode verifier S(K, a), engine times", projection(rows, engine=True)))
+    for title, table in tables:
+        lines.append(title)
+        lines.append(f"{'a':>4} " + " ".join(f"{'K=' + str(k):>6}" for k in KS) + f" {'best K':>7} {'best S':>7}")
+        for a, values, best in table:
+            lines.append(f"{a:4.1f} " + " ".join(f"{v:6.2f}" for v in values) + f" {best:7d} {max(values):7.2f}")
+    if result["embedded"]:
+        wall, ideal = tables[0][1], tables[1][1]
+        lost = [1 - max(w[1]) / max(i[1]) for w, i in zip(wall, ideal)]
+        lines.append("share of the ideal speed-up lost to orchestration (best K each): "
+                     + ", ".join(f"a={a:.1f} {share:.0%}" for a, share in zip(RATES, lost)))
+    return "\n".join(lines)
+
+
+def run(host: str | None, target: str, draft: str, contexts: list[int], repeat: int,
+        progress: Callable[[str], None] | None = None) -> str:
+    async def all_contexts(url: str) -> list[dict]:
+        return [await measure(url, target, draft, n, repeat, progress) for n in contexts]
+
+    if host:
+        results = asyncio.run(all_contexts(host if "://" in host else f"http://{host}"))
+    else:
+        from utils.embedded.server import EmbeddedServer
+
+        with EmbeddedServer() as server:
+            results = asyncio.run(all_contexts(server.url))
+    return "\n\n".join(report(result, target, draft, repeat) for result in results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    print(run(args.host, args.target, args.draft, args.context, args.repeat))
+    return 0
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default=None, help="an Ollama server (default: start the embedded server)")
+    parser.add_argument("--target", default=SMALL)
+    parser.add_argument("--draft", default=SMALL)
+    parser.add_argument("--context", type=int, nargs="+", default=[233, 4000], help="context sizes in tokens")
+    parser.add_argument("--repeat", type=int, default=7, help="interleaved rounds (medians)")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

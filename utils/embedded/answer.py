@@ -1,0 +1,233 @@
+"""One generation request on a model's worker: NDJSON chunks as tokens come, or one JSON answer.
+
+The hot path of the validator (K+1 one-token requests per round) and of drafting, so it is lean:
+a non-streamed answer is collected on the worker thread and wakes the event loop once, when it is
+done; streamed tokens already waiting are written together; every response is encoded once, to
+bytes, with no pydantic or `jsonable_encoder` on the way out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from utils.api.http import ApiError, json_response, ndjson_line, ndjson_response, now
+from utils.api.schemas import Common
+from utils.embedded.engine import ARRIVALS, Completion, EngineError, Job, ModelRunner, TokenInfo
+from utils.embedded.text import TextAssembler
+
+_ARRIVAL = "embedded.arrival"
+GENERATION_PATHS = ("/api/generate", "/api/chat")
+
+
+class CountArrivals:
+    """ASGI middleware: a generation request counts as arriving (engine.ARRIVALS) from its first byte
+    until its job is submitted or it ends, so a worker holding part of a validator burst knows that
+    more of it is still being read."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] not in GENERATION_PATHS:
+            return await self.app(scope, receive, send)
+        ARRIVALS.arrive()
+        scope[_ARRIVAL] = pending = [True]  # shared by the copies of the scope that middleware makes
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _settle(pending)
+
+
+def _settle(pending: list[bool] | None) -> None:
+    if pending and pending[0]:
+        pending[0] = False
+        ARRIVALS.settle()
+
+
+def _submit(request: Request, runner: ModelRunner, job: Job) -> None:
+    runner.submit(job)
+    _settle(request.scope.get(_ARRIVAL))
+
+
+def final_fields(model: str, reason: str, done: Completion | None, load: float, *, chat: bool) -> dict[str, Any]:
+    """The last message of an answer, with Ollama's counters (nanoseconds)."""
+    final: dict[str, Any] = {"model": model, "created_at": now()}
+    final.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
+    final.update({"done": True, "done_reason": reason})
+    if done is not None:
+        final.update(
+            total_duration=int(load * 1e9) + done.prompt_eval_duration + done.eval_duration,
+            load_duration=int(load * 1e9),
+            prompt_eval_count=done.prompt_eval_count,
+            prompt_eval_duration=done.prompt_eval_duration,
+            eval_count=done.eval_count,
+            eval_duration=done.eval_duration,
+        )
+    return final
+
+
+def final_response(model: str, reason: str, done: Completion | None, load: float, *, chat: bool,
+                   stream: bool) -> Response:
+    final = final_fields(model, reason, done, load, chat=chat)
+    if stream:
+        return ndjson_response(_once(ndjson_line(final)))
+    return json_response(final)
+
+
+async def _once(line: bytes) -> AsyncIterator[bytes]:
+    yield line
+
+
+def _logprob(token: bytes, logprob: float) -> dict[str, Any]:
+    return {"token": token.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(token)}
+
+
+def logprob_entry(info: TokenInfo) -> dict[str, Any]:
+    entry = _logprob(info.piece, info.logprob or 0.0)
+    entry["top_logprobs"] = [_logprob(piece, lp) for _, piece, lp in info.top or []]
+    return entry
+
+
+async def _cancel_on_disconnect(request: Request, job: Job) -> None:
+    """A client that gives up on a non-streaming answer stops its generation, as in Ollama."""
+    while not job.cancelled.is_set():
+        # The first look also resumes reading the connection, without which uvicorn would not
+        # notice that the client has gone.
+        if await request.is_disconnected():
+            job.cancelled.set()
+            return
+        await asyncio.sleep(0.2)
+
+
+def _job(body: Common, prompt: str) -> Job:
+    opts = body.options
+    return Job(
+        prompt=prompt.encode("utf-8", errors="surrogatepass"),
+        options=opts.sampling(),
+        num_predict=opts.num_predict if opts.num_predict >= 0 else 1 << 30,
+        top_logprobs=body.top_logprobs if body.logprobs else None,
+        on_token=_unset,
+        on_done=_unset,
+    )
+
+
+def _unset(_: object) -> None:
+    raise AssertionError("the job's callbacks were not set")
+
+
+async def answer(request: Request, runner: ModelRunner, body: Common, prompt: str, load: float, *,
+                 chat: bool) -> Response:
+    """Run one job; stream NDJSON chunks, or collect them into one response."""
+    job = _job(body, prompt)
+    assembler = TextAssembler(body.options.stops())
+    if body.stream:
+        return await _streamed(request, runner, body, job, assembler, load, chat)
+    return await _whole(request, runner, body, job, assembler, load, chat)
+
+
+async def _whole(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,
+                 load: float, chat: bool) -> Response:
+    loop = asyncio.get_running_loop()
+    finished: asyncio.Future[Completion | EngineError] = loop.create_future()
+    parts: list[str] = []
+    logprobs: list[dict[str, Any]] = []
+
+    def on_token(info: TokenInfo) -> None:  # the worker thread; read only once the job is done
+        parts.append(assembler.feed(info.piece))
+        if body.logprobs:
+            logprobs.append(logprob_entry(info))
+        if assembler.stopped:
+            job.cancelled.set()
+
+    def resolve(event: Completion | EngineError) -> None:
+        if not finished.done():
+            finished.set_result(event)
+
+    job.on_token = on_token
+    job.on_done = lambda event: loop.call_soon_threadsafe(resolve, event)
+    _submit(request, runner, job)
+    watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
+    try:
+        event = await finished
+    finally:
+        watcher.cancel()
+        job.cancelled.set()  # a client that went away stops the generation
+    if isinstance(event, EngineError):
+        raise ApiError(str(event), event.status)
+    parts.append(assembler.flush())
+    reason = "stop" if assembler.stopped else event.done_reason
+    final = final_fields(body.model, reason, event, load, chat=chat)
+    text = "".join(parts)
+    final.update({"message": {"role": "assistant", "content": text}} if chat else {"response": text})
+    if body.logprobs:
+        final["logprobs"] = logprobs
+    return json_response(final)
+
+
+async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,
+                    load: float, chat: bool) -> Response:
+    loop = asyncio.get_running_loop()
+    events: asyncio.Queue[TokenInfo | Completion | EngineError] = asyncio.Queue()
+    put = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)  # noqa: E731
+    job.on_token = job.on_done = put
+
+    def chunk(text: str, info: TokenInfo | None) -> bytes:
+        out: dict[str, Any] = {"model": body.model, "created_at": now()}
+        out.update({"message": {"role": "assistant", "content": text}} if chat else {"response": text})
+        out["done"] = False
+        if body.logprobs:
+            out["logprobs"] = [logprob_entry(info)] if info is not None else []
+        return ndjson_line(out)
+
+    async def lines() -> AsyncIterator[bytes]:
+        """NDJSON lines; the tokens already waiting go out in one write."""
+        _submit(request, runner, job)
+        try:
+            while True:
+                waiting = [await events.get()]
+                while not events.empty():
+                    waiting.append(events.get_nowait())
+                out: list[bytes] = []
+                for event in waiting:
+                    if isinstance(event, EngineError):
+                        if out:
+                            yield b"".join(out)
+                        raise ApiError(str(event), event.status)
+                    if isinstance(event, Completion):
+                        tail = assembler.flush()
+                        if tail:
+                            out.append(chunk(tail, None))
+                        reason = "stop" if assembler.stopped else event.done_reason
+                        out.append(ndjson_line(final_fields(body.model, reason, event, load, chat=chat)))
+                        yield b"".join(out)
+                        return
+                    out.append(chunk(assembler.feed(event.piece), event))
+                    if assembler.stopped:
+                        job.cancelled.set()
+                yield b"".join(out)
+        finally:
+            job.cancelled.set()  # a client that went away stops the generation
+
+    stream = lines()
+    try:  # errors before the first token get a proper status; later ones arrive as a line
+        first = await stream.__anext__()
+    except StopAsyncIteration:
+        first = None
+
+    async def rest() -> AsyncIterator[bytes]:
+        try:
+            if first is not None:
+                yield first
+            async for item in stream:
+                yield item
+        except ApiError as error:
+            yield ndjson_line({"error": error.message})
+        finally:
+            await stream.aclose()
+
+    return ndjson_response(rest())
