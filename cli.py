@@ -122,6 +122,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_overhead(args: argparse.Namespace) -> int:
+    import httpx
+
+    from utils.bench.overhead import run
+
+    try:
+        print(run(args.host, args.target, args.draft, args.context, args.repeat,
+                  progress=lambda label: print(label, file=sys.stderr, flush=True)))
+    except (RuntimeError, OSError, ValueError, httpx.HTTPError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _bench_k(text: str) -> str:
     from utils.engine.config import K_LIMIT
 
@@ -209,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--native", action="store_true",
                        help="also run llama.cpp's own speculative decoding (llama-server), built on first use")
     bench.set_defaults(run=cmd_bench)
+
+    from utils.bench.overhead import add_arguments
+
+    overhead = commands.add_parser("bench-overhead", help="time outside the engine: drafts, bursts, projected speed-up")
+    add_arguments(overhead)
+    overhead.set_defaults(run=cmd_bench_overhead)
     return parser
 
 
