@@ -17,9 +17,20 @@ sys.path.insert(0, str(ROOT))
 
 from utils.embedded.server import EmbeddedServer  # noqa: E402
 
+UNIT = Path(__file__).resolve().parent / "unit"  # the fast layer: no model, no server
+
 SMALL = "smollm2:135m"
 TARGET = "qwen2.5-coder:1.5b"
 DRAFT = "qwen2.5-coder:0.5b"
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects anything
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test outside tests/unit/ needs the real engine and models: mark it `models`, so that
+    `pytest -m "not models"` runs the fast layer alone."""
+    for item in items:
+        if UNIT not in item.path.resolve().parents:
+            item.add_marker(pytest.mark.models)
 
 
 @pytest.fixture(scope="session")
