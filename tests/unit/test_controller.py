@@ -1,0 +1,144 @@
+"""The draft-length controller's decisions, fed measurements directly (tests/test_controller.py has one more)."""
+
+from __future__ import annotations
+
+import pytest
+
+from utils.engine.controller import (
+    MAX_PROBE_EVERY,
+    MAX_SEGMENT_TOKENS,
+    PROBE_EVERY,
+    SEGMENT_TOKENS,
+    DraftLengthController,
+    controller_for,
+)
+
+STANDARD = 0.05  # seconds per standard token in these tests
+
+
+def measured(k_max: int = 4, **kwargs) -> DraftLengthController:
+    controller = DraftLengthController(k_max=k_max, **kwargs)
+    controller.record_standard(tokens=17, seconds=16 * STANDARD)  # 16 steps of 50 ms
+    return controller
+
+
+def test_standard_first_until_its_speed_is_known() -> None:
+    controller = DraftLengthController(k_max=4)
+    assert controller.acceptance == [0.6] * 4  # the prior
+    assert controller.choose() == 0
+    controller.record_standard(tokens=1, seconds=0.3)  # one token: no step between tokens to time
+    assert controller.standard_seconds_per_token is None and controller.standard_streak == 1
+    assert controller.choose() == 0
+    controller.record_standard(tokens=17, seconds=0.8)
+    assert controller.standard_seconds_per_token == pytest.approx(STANDARD)
+    assert controller.choose() > 0
+
+
+def test_the_prior_tries_speculation_with_the_best_expected_rate() -> None:
+    controller = measured()
+    # Verification assumed to cost S (1 + 0.15 K), drafting free; E(K) = 1 + 0.6 + 0.36 + ...
+    rates = {1: 1.6 / 0.0575, 2: 1.96 / 0.065, 3: 2.176 / 0.0725, 4: 2.3056 / 0.08}
+    for k, rate in rates.items():
+        assert controller.speculative_rate(k) == pytest.approx(rate)
+    assert controller.choose() == 2
+
+
+def test_high_acceptance_and_cheap_verification_choose_the_longest_draft() -> None:
+    controller = measured()
+    controller.record_round(k=4, drafted=4, accepted=4, draft_seconds=0.004, verify_seconds=0.06)
+    assert controller.acceptance == pytest.approx([0.68] * 4)  # 0.8 * 0.6 + 0.2 * 1
+    assert controller.draft_seconds_per_token == pytest.approx(0.001)
+    assert controller.verify_seconds == {4: 0.06}
+    assert controller.probe_every == PROBE_EVERY
+    # K = 4: E = 1 + .68 + .68^2 + .68^3 + .68^4 tokens in 0.06 + 4 * 0.001 seconds.
+    assert controller.expected_tokens(4) == pytest.approx(2.67064576)
+    assert controller.round_seconds(4) == pytest.approx(0.064)
+    assert controller.round_seconds(2) == pytest.approx(0.06 * 0.95 + 0.002)  # 10% per K away from a known K
+    assert controller.choose() == 4
+
+
+@pytest.mark.parametrize(("limit", "k"), [(None, 4), (3, 3), (1, 1), (0, 0), (-2, 0), (99, 4)])
+def test_limit_caps_the_choice(limit: int | None, k: int) -> None:
+    controller = measured()
+    controller.record_round(k=4, drafted=4, accepted=4, draft_seconds=0.004, verify_seconds=0.06)
+    assert controller.choose(limit) == k
+
+
+@pytest.mark.parametrize(("limit", "k"), [(None, 3), (2, 2), (0, 0)])
+def test_fixed_k_is_used_from_the_start_within_the_limit(limit: int | None, k: int) -> None:
+    controller = DraftLengthController(k_max=8, fixed_k=3)
+    assert controller.choose(limit) == k
+
+
+def test_fixed_k_above_k_max_is_capped() -> None:
+    assert DraftLengthController(k_max=2, fixed_k=5).choose() == 2
+
+
+def test_falls_to_zero_and_backs_off_when_speculation_does_not_pay() -> None:
+    controller = measured(k_max=2)
+    # A slow verification that accepted nothing: 1 token in 0.4 s against 20 tokens/s standard.
+    controller.record_round(k=2, drafted=2, accepted=0, draft_seconds=0.1, verify_seconds=0.3)
+    assert controller.acceptance == pytest.approx([0.48, 0.6])  # position 1 was never reached
+    assert controller.probe_every == 2 * PROBE_EVERY
+    assert controller.segment_tokens() == 2 * SEGMENT_TOKENS
+    assert controller.choose() == 0
+    for _ in range(2 * PROBE_EVERY - 1):
+        controller.record_standard(tokens=17, seconds=0.8)
+        assert controller.choose() == 0
+    controller.record_standard(tokens=17, seconds=0.8)
+    # Enough standard segments: probe with the best K, although it is not expected to pay.
+    assert controller.speculative_rate(2) == pytest.approx(1.768 / 0.4)
+    assert controller.speculative_rate(1) == pytest.approx(1.48 / 0.335)
+    assert controller.choose() == 2
+
+
+def test_failed_probes_double_the_wait_up_to_a_limit_and_a_paying_one_resets_it() -> None:
+    controller = measured(k_max=2)
+    waits, segments = [], []
+    for _ in range(6):
+        controller.record_round(k=2, drafted=2, accepted=0, draft_seconds=0.1, verify_seconds=0.3)
+        waits.append(controller.probe_every)
+        segments.append(controller.segment_tokens())
+    assert waits == [8, 16, 32, 64, 64, 64]
+    assert MAX_PROBE_EVERY == 64
+    assert segments == [32, 64, 128, 128, 128, 128]
+    assert MAX_SEGMENT_TOKENS == 128
+    controller.record_round(k=2, drafted=2, accepted=2, draft_seconds=0.01, verify_seconds=0.05)
+    assert controller.probe_every == PROBE_EVERY and controller.segment_tokens() == SEGMENT_TOKENS
+
+
+def test_a_short_draft_counts_against_the_next_position() -> None:
+    controller = measured()
+    controller.record_round(k=4, drafted=2, accepted=2, draft_seconds=0.002, verify_seconds=0.05)
+    # Positions 0 and 1 accepted; the drafter stopped before position 2, which learns a miss.
+    assert controller.acceptance == pytest.approx([0.68, 0.68, 0.48, 0.6])
+    assert controller.verify_seconds == {2: 0.05}
+
+
+def test_measurements_are_running_averages() -> None:
+    controller = measured()
+    controller.record_standard(tokens=11, seconds=10 * 0.1)
+    assert controller.standard_seconds_per_token == pytest.approx(0.8 * 0.05 + 0.2 * 0.1)
+    controller.record_round(k=2, drafted=2, accepted=1, draft_seconds=0.02, verify_seconds=0.1)
+    controller.record_round(k=2, drafted=2, accepted=1, draft_seconds=0.04, verify_seconds=0.2)
+    assert controller.draft_seconds_per_token == pytest.approx(0.8 * 0.01 + 0.2 * 0.02)
+    assert controller.verify_seconds[2] == pytest.approx(0.8 * 0.1 + 0.2 * 0.2)
+    # Position 0 accepted twice, position 1 missed twice, positions 2.. never reached.
+    assert controller.acceptance == pytest.approx([0.744, 0.384, 0.6, 0.6])
+
+
+def test_expected_tokens() -> None:
+    controller = DraftLengthController(k_max=3, acceptance=[0.5, 0.5, 0.5])
+    assert [controller.expected_tokens(k) for k in range(4)] == [1.0, 1.5, 1.75, 1.875]
+
+
+def test_the_verification_prior_before_anything_is_measured() -> None:
+    assert DraftLengthController(k_max=4).round_seconds(2) == pytest.approx(0.05 * 1.3)
+
+
+def test_one_controller_per_key_for_the_life_of_the_process() -> None:
+    key = ("unit-test-server", "target", "drafter", "greedy")
+    first = controller_for(key, 8, None)
+    assert controller_for(key, 8, None) is first
+    assert controller_for(key, 8, 3) is not first
+    assert controller_for(key, 4, None) is not first
