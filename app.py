@@ -7,7 +7,7 @@ settings), leaves them in st.session_state for the pages, then runs the page tha
 import streamlit as st
 
 from config import get_settings
-from utils.app import ui
+from utils.app.sidebar import sidebar
 
 st.set_page_config(page_title="Speculative decoding for Ollama", page_icon="⚡", layout="wide")
 
@@ -17,5 +17,5 @@ page = st.navigation([
     st.Page("pages/benchmarks.py", title="Benchmarks", icon=":material/speed:"),
     st.Page("pages/models.py", title="Models", icon=":material/deployed_code:"),
 ])
-st.session_state.server, st.session_state.choices = ui.sidebar(get_settings())
+st.session_state.server, st.session_state.choices = sidebar(get_settings())
 page.run()

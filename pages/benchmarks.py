@@ -4,18 +4,18 @@ from pathlib import Path
 
 import streamlit as st
 
-from utils.app import ui
+from utils.app.runtime import PROJECT_DIR, current, explain
 from utils.bench import report
 from utils.bench import runner as bench
-from utils.engine.drafters.lookup import LOOKUP
+from utils.engine.drafters import model_free_drafters
 
-settings, server, choices = ui.current()
+settings, server, choices = current()
 
 st.title("Benchmarks")
 if server is not None and choices is not None:
     prompts_file = st.text_input("Prompt set (JSON lines, relative to the project folder)", "prompts/bench.jsonl",
                                  key="bench_prompts")
-    prompts_path = ui.PROJECT_DIR / prompts_file  # an absolute path stays as it is
+    prompts_path = PROJECT_DIR / prompts_file  # an absolute path stays as it is
     try:
         categories = sorted({p["category"] for p in bench.load_prompts(bench.BenchConfig(prompts_path, "", []))})
     except (OSError, ValueError) as error:
@@ -24,8 +24,8 @@ if server is not None and choices is not None:
     with st.form("benchmark"):
         chosen_categories = st.multiselect("Categories", categories, default=categories, key="bench_categories")
         target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="bench_target")
-        drafters = st.multiselect("Drafters", [LOOKUP, *server.models], key="bench_drafters",
-                                  default=[choices.drafter] if choices.speculative else [LOOKUP])
+        drafters = st.multiselect("Drafters", [*model_free_drafters(), *server.models], key="bench_drafters",
+                                  default=[choices.drafter] if choices.speculative else [next(iter(model_free_drafters()))])
         ks = st.multiselect("Draft lengths", ["auto", "2", "4", "6", "8"], default=["auto"], key="bench_ks")
         repeat = st.number_input("Repeats", 1, 10, 1, key="bench_repeat")
         limit = st.number_input("Prompts per category (0: all)", 0, 1000, 0, key="bench_limit")
@@ -46,7 +46,7 @@ if server is not None and choices is not None:
             st.session_state.bench_run = str(folder)
             st.success(f"Benchmark saved in {folder}.")
         except Exception as error:  # noqa: BLE001 - a failed run must be a message, with what to do
-            st.error(f"The benchmark stopped: {ui.explain(error, settings)}")
+            st.error(f"The benchmark stopped: {explain(error, settings)}")
 else:
     st.info("Running a benchmark needs a server with models (see the sidebar); past runs are listed below.")
 

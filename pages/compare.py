@@ -2,9 +2,10 @@
 
 import streamlit as st
 
-from utils.app import ui
+from utils.app.compare import compare, show_comparison
+from utils.app.runtime import require_server
 
-settings, server, choices = ui.require_server()
+settings, server, choices = require_server()
 
 st.title("Compare")
 st.caption(f"One prompt, answered by {choices.target} with standard generation and with speculative decoding, "
@@ -19,7 +20,7 @@ prompt = st.text_area("Prompt", "Write a Python function that checks whether a n
 if st.button("Run both", type="primary", disabled=not prompt.strip()):
     st.session_state.compare_runs = st.session_state.get("compare_runs", 0) + 1
     standard_first = st.session_state.compare_runs % 2 == 1
-    st.session_state.comparison = ui.compare(settings, server.url, choices, prompt, standard_first)
-    ui.show_comparison(st.session_state.comparison, texts=False)
+    st.session_state.comparison = compare(settings, server.url, choices, prompt, standard_first)
+    show_comparison(st.session_state.comparison, texts=False)
 elif comparison := st.session_state.get("comparison"):
-    ui.show_comparison(comparison)
+    show_comparison(comparison)

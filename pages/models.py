@@ -2,29 +2,30 @@
 
 import streamlit as st
 
-from utils.app import ui
+from utils.app.models import advice_table, bundled_models, install_models, run_advisor, server_models
+from utils.app.runtime import current, explain, server_url
 from utils.bench.advisor import ADVISOR_MAX_TOKENS, ADVISOR_PROMPTS
-from utils.engine.drafters.lookup import LOOKUP
+from utils.engine.drafters import model_free_drafters
 
-settings, server, choices = ui.current()
+settings, server, choices = current()
 
 st.title("Models")
 if settings.ollama_host:
     st.caption(f"Models of the Ollama server at OLLAMA_HOST ({settings.ollama_host}); add models with "
                "`ollama pull`.")
     try:
-        st.dataframe(ui.server_models(settings, ui.server_url(settings)), hide_index=True)
+        st.dataframe(server_models(settings, server_url(settings)), hide_index=True)
     except Exception as error:  # noqa: BLE001 - HostError or ServerError: say what to do
-        st.error(ui.explain(error, settings))
+        st.error(explain(error, settings))
 else:
     st.caption(f"Bundled models of the embedded server, stored in {settings.models_dir}.")
-    bundled = ui.bundled_models(settings)
+    bundled = bundled_models(settings)
     st.dataframe(bundled, hide_index=True)
     missing = [row["model"] for row in bundled if not row["installed"]]
     if missing:
         to_install = st.multiselect("Install", missing, key="to_install")
         if st.button("Install selected models", disabled=not to_install):
-            ui.install_models(settings, to_install)
+            install_models(settings, to_install)
 
 st.header("Pair advisor")
 if server is None or choices is None:
@@ -33,15 +34,15 @@ if server is None or choices is None:
 st.caption("Measures standard generation of the target and each candidate draft on a few short prompts "
            "(greedy), then recommends the fastest draft that beats standard generation, or none.")
 target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="advisor_target")
-candidates = [LOOKUP] + [model for model in server.models if model != target]
+candidates = [*model_free_drafters()] + [model for model in server.models if model != target]
 drafters = st.multiselect("Candidate drafts", candidates, default=candidates, key="advisor_drafters")
 prompt_count = st.slider("Prompts", 1, len(ADVISOR_PROMPTS), len(ADVISOR_PROMPTS), key="advisor_prompts")
 max_tokens = st.number_input("Tokens per answer", 8, 256, ADVISOR_MAX_TOKENS, key="advisor_tokens")
 if st.button("Measure and recommend", type="primary", disabled=not drafters):
-    st.session_state.advice = ui.run_advisor(settings, server.url, target, drafters,
+    st.session_state.advice = run_advisor(settings, server.url, target, drafters,
                                              ADVISOR_PROMPTS[:prompt_count], int(max_tokens))
 if advice := st.session_state.get("advice"):
-    st.dataframe(ui.advice_table(advice), hide_index=True)
+    st.dataframe(advice_table(advice), hide_index=True)
     if advice.recommended == "none":
         st.info(f"Recommendation for {advice.target}: no speculation. {advice.reason}.")
     else:

@@ -283,3 +283,49 @@ def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
     reloaded = open_app("pages/benchmarks.py")
     [run] = [s for s in reloaded.selectbox if s.label == "Run"]
     assert len(run.options) == 1 and reloaded.get("plotly_chart")
+
+
+# -- support code without a page ----------------------------------------------------------------------
+
+
+def test_explain_goes_by_the_kind_of_error():
+    from utils.app.runtime import explain
+    from utils.engine.client import ContextFull, ModelNotFound, ServerError, ServerTimeout, ServerUnreachable
+    from utils.engine.events import GenerationError
+
+    settings = config.Settings()
+    assert "Start the server" in explain(ServerUnreachable("no route to 10.0.0.1"), settings)
+    assert "Models page" in explain(ModelNotFound("model 'x' missing"), settings)
+    assert "try again" in explain(ServerTimeout("slow"), settings)
+    assert "no longer fits in the model's context" in explain(ContextFull("too long"), settings)
+    # The words of a message do not decide: a plain ServerError that mentions "not found" stays as it is.
+    assert explain(ServerError("file not found; connect later"), settings) == "file not found; connect later"
+
+    def fail() -> None:
+        try:
+            raise ContextFull("input exceeds the context")
+        except ServerError as error:
+            raise GenerationError(error.message, "partial") from None
+
+    with pytest.raises(GenerationError) as caught:
+        fail()
+    assert "no longer fits in the model's context" in explain(caught.value, settings)
+
+
+def test_one_client_per_server_reads_the_version_once(server_url, monkeypatch):
+    from utils.app import runtime
+
+    settings = config.Settings()
+    asked: list[str] = []
+    original = OllamaServer._request
+
+    async def counting(self, method, path, body=None):
+        asked.append(path)
+        return await original(self, method, path, body)
+
+    monkeypatch.setattr(OllamaServer, "_request", counting)
+    monkeypatch.setattr(runtime, "server_url", lambda settings: server_url)
+    assert runtime.server(settings, server_url) is runtime.server(settings, server_url)
+    first, second = runtime.server_info(settings), runtime.server_info(settings)
+    assert first.version == second.version and SMALL in first.models
+    assert asked.count("/api/version") <= 1 and asked.count("/api/tags") == 2

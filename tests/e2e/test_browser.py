@@ -3,14 +3,15 @@ on the test session's embedded server (see conftest.py here).
 
 A person's path through the app: a chat answer with speculation off and one with it on (streamed, accepted
 draft tokens highlighted, stats and a chart), the highlight switched off and on, a reload that keeps the
-conversation, and a comparison on the Compare page. Every run saves the screenshots the README shows
-under docs/screenshots/.
+conversation, and a comparison on the Compare page. Every run saves screenshots of the Chat and Compare
+pages under artifacts/tmp/screenshots/ (ignored by git); see SCREENSHOTS_DIR below to refresh the README's.
 
 Run: `.venv/bin/python -m pytest tests/e2e -x -q` (Chromium from `bash scripts/install_browser.sh`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -20,7 +21,11 @@ from playwright.sync_api import Locator, Page, TimeoutError, expect
 from tests.e2e.conftest import TARGET, VIEWPORT
 
 ROOT = Path(__file__).resolve().parents[2]
-SCREENSHOTS = ROOT / "docs" / "screenshots"
+# Where the screenshots go. A test run must not change tracked files, so by default they land in
+# artifacts/tmp/screenshots/ (gitignored). To refresh the pictures the README shows, set
+#   SPEC_SCREENSHOTS_DIR=docs/screenshots .venv/bin/python -m pytest tests/e2e -x -q
+# (a path relative to the project folder, or an absolute one).
+SCREENSHOTS = ROOT / os.environ.get("SPEC_SCREENSHOTS_DIR", "artifacts/tmp/screenshots")
 
 ANSWER_TIMEOUT = 240_000  # ms for one answer (or two on Compare): two shared cores can be slow
 RERUN_TIMEOUT = 120_000  # ms for a rerun after a widget change (the sidebar asks the server each time)
@@ -29,7 +34,7 @@ STANDARD_PROMPT = "Name three colours of the rainbow."
 SPECULATIVE_PROMPT = "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog."
 COMPARE_PROMPT = "Repeat this sentence exactly: Speculative decoding drafts tokens and the target verifies them."
 LOOKUP_OPTION = "lookup — prompt lookup, no model"
-# The accepted draft tokens' HTML (utils/ui.py pieces_html): a span on DRAFT_COLOUR.
+# The accepted draft tokens' HTML (utils/app/answer_view.py): a span on DRAFT_COLOUR.
 DRAFT_SPAN = 'span[style*="rgba(46, 160, 67, 0.28)"]'
 MAX_SCREENSHOT_HEIGHT = 2400
 FULL_HEIGHT = """() => Math.max(document.documentElement.scrollHeight, ...[...document.querySelectorAll('*')]

@@ -1,0 +1,133 @@
+"""Answers on screen: streamed as the engine accepts them (accepted draft tokens highlighted, live
+charts), and drawn again from the store with their stats."""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import AsyncIterator
+from contextlib import closing
+from dataclasses import dataclass, field
+from typing import Any
+
+import streamlit as st
+
+from config import Settings
+from utils.app.charts import CHART_REFRESH_SECONDS, answer_figure, chart_key
+from utils.app.runtime import context_full, explain, iterate, server
+from utils.app.sidebar import Choices
+from utils.app.speed import speedup_text
+from utils.app.store import stats_summary
+from utils.engine.client import ServerError
+from utils.engine.decoder import build_decoder
+from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
+from utils.engine.request import GenerationRequest
+from utils.hosts import HostError
+
+DRAFT_COLOUR = "rgba(46, 160, 67, 0.28)"  # the background of accepted draft tokens in the text
+
+
+@dataclass
+class Answer:
+    text: str = ""
+    pieces: list[list[str]] = field(default_factory=list)
+    stats: dict[str, Any] | None = None
+    note: str | None = None  # why it stopped early, or why it has no text at all
+    fallbacks: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return self.stats is None
+
+
+async def answer_events(settings: Settings, url: str, target: str, drafter: str,
+                        request: GenerationRequest) -> AsyncIterator[Event]:
+    """The engine's events for one answer, on the shared client of the server."""
+    decoder = await build_decoder(settings.engine, server(settings, url), target, drafter)
+    async for event in decoder.stream(request):
+        yield event
+
+
+def pieces_html(pieces: list[list[str]]) -> str:
+    """The answer as HTML, accepted draft tokens on a green background; every piece escaped."""
+    spans = "".join(
+        f'<span style="background-color: {DRAFT_COLOUR}; border-radius: 2px">{html.escape(text)}</span>'
+        if origin == "draft" else html.escape(text)
+        for text, origin in pieces
+    )
+    return f'<div style="white-space: pre-wrap; line-height: 1.6">{spans}</div>'
+
+
+def show_text(slot, text: str, pieces: list[list[str]] | None, highlight: bool, cursor: bool = False) -> None:
+    """Draw an answer in `slot` (a placeholder or container): highlighted HTML, or Markdown."""
+    if highlight and pieces:
+        slot.html(pieces_html(pieces + ([["▌", "standard"]] if cursor else [])))
+    elif text or cursor:
+        slot.markdown(text + ("▌" if cursor else ""))
+    else:
+        slot.caption("(no text)")
+
+
+def stream_answer(settings: Settings, url: str, choices: Choices, request: GenerationRequest, *,
+                  highlight: bool = False, baseline: dict[str, Any] | None = None, charts: bool = True,
+                  drafter: str | None = None) -> Answer:
+    """Run one answer, drawing it in the current container as it is accepted, with live charts."""
+    drafter = choices.drafter if drafter is None else drafter
+    answer = Answer()
+    text_slot, notices, chart_slot = st.empty(), st.container(), st.empty()
+    drawn_at = 0.0
+    show_text(text_slot, "", [], highlight, cursor=True)
+    events = answer_events(choices.decoder_settings(settings), url, choices.target, drafter, request)
+    try:
+        # closing(): if Streamlit stops the script mid-answer, the stream closes now.
+        with closing(iterate(events)) as stream:
+            for event in stream:
+                if isinstance(event, TextEvent):
+                    answer.pieces.append([event.text, event.origin])
+                    answer.text += event.text
+                    show_text(text_slot, answer.text, answer.pieces, highlight, cursor=True)
+                elif isinstance(event, RoundEvent):
+                    if charts and time.monotonic() - drawn_at > CHART_REFRESH_SECONDS:
+                        live = event.stats.snapshot(event.record.at_seconds)
+                        chart_slot.plotly_chart(answer_figure(live.model_dump(), baseline), key=chart_key())
+                        drawn_at = time.monotonic()
+                elif isinstance(event, FallbackEvent):
+                    answer.fallbacks.append(event.reason)
+                    notices.warning(f"{event.reason[:1].upper()}{event.reason[1:]}.")  # says what happened next
+                elif isinstance(event, DoneEvent):
+                    answer.text, answer.stats = event.text, event.stats.model_dump()
+    except GenerationError as error:
+        answer.text = error.partial
+        kept = "the partial text was kept" if error.partial else "no text was generated"
+        answer.note = f"The answer stopped early: {explain(error, settings)} ({kept})"
+    except (ServerError, HostError) as error:
+        answer.note = explain(error, settings)
+    show_text(text_slot, answer.text, answer.pieces, highlight)
+    if answer.stats and answer.stats["done_reason"] == "length":
+        hit_limit = 0 < request.max_tokens <= answer.stats["output_tokens"]
+        if not hit_limit:  # "length" before max_tokens: the server ran out of context
+            answer.note = context_full(settings)
+    if answer.note:
+        notices.error(answer.note)
+    if charts and answer.stats:
+        chart_slot.plotly_chart(answer_figure(answer.stats, baseline), key=chart_key())
+    elif charts:
+        chart_slot.empty()
+    return answer
+
+
+def show_message(message: dict[str, Any], highlight: bool, charts: bool = False) -> None:
+    """One stored message, as st.chat_message, with its stats one click away."""
+    with st.chat_message(message["role"]):
+        show_text(st.container(), message["content"], message.get("pieces"), highlight)
+        stats = message.get("stats")
+        for fallback in (stats or {}).get("fallbacks", []):
+            st.info(f"After {fallback['at_token']} tokens, {fallback['reason']}.")
+        if message.get("note"):
+            st.warning(message["note"])
+        if stats:
+            st.caption(f"{stats_summary(stats)} · {speedup_text(stats, message.get('baseline'))}")
+            if charts:
+                st.plotly_chart(answer_figure(stats, message.get("baseline")))
+            with st.expander("Stats"):
+                st.json(stats, expanded=1)

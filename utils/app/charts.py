@@ -1,0 +1,62 @@
+"""The charts of one answer, finished or live: acceptance per round and per draft position, and
+tokens/s over time against the standard baseline."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from utils.app.speed import speedup_so_far
+
+ACCEPTED_COLOUR = "rgba(46, 160, 67, 0.9)"  # the green of accepted draft tokens, for bars
+REJECTED_COLOUR = "rgba(150, 150, 150, 0.45)"
+CHART_REFRESH_SECONDS = 0.3  # redraw live charts at most this often: each redraw is sent to the browser
+
+_chart_numbers = itertools.count()
+
+
+def chart_key() -> str:
+    """A fresh key per live chart update: two identical figures in one run would otherwise clash."""
+    return f"live-chart-{next(_chart_numbers)}"
+
+
+def answer_figure(stats: dict[str, Any], baseline: dict[str, Any] | None) -> go.Figure:
+    """Acceptance per round and per draft position, and tokens/s over time against the baseline.
+
+    `stats` is an AnswerStats as a dict, finished or live (rounds so far)."""
+    rounds = stats.get("rounds", [])
+    speculative = stats.get("mode") == "speculative"
+    titles = (["Draft tokens per round", "Acceptance by draft position"] if speculative else []) + ["Tokens/s"]
+    figure = make_subplots(rows=1, cols=len(titles), subplot_titles=titles)
+    if speculative:
+        drafted = [(number, r) for number, r in enumerate(rounds, start=1) if r["k"] and r["drafted"]]
+        numbers = [number for number, _ in drafted]
+        figure.add_bar(x=numbers, y=[r["accepted"] for _, r in drafted], name="accepted",
+                       marker_color=ACCEPTED_COLOUR, row=1, col=1)
+        figure.add_bar(x=numbers, y=[r["drafted"] - r["accepted"] for _, r in drafted], name="rejected",
+                       marker_color=REJECTED_COLOUR, row=1, col=1)
+        positions = stats.get("per_position_acceptance", [])
+        figure.add_bar(x=list(range(1, len(positions) + 1)), y=positions, name="accepted share",
+                       marker_color="rgba(31, 119, 180, 0.8)", showlegend=False, row=1, col=2)
+        figure.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
+        figure.update_xaxes(title_text="round", row=1, col=1)
+        figure.update_xaxes(title_text="position", dtick=1, row=1, col=2)
+    times, rates, tokens = [], [], 0
+    for record in rounds:
+        tokens += record["emitted"]
+        if record["at_seconds"] > 0:
+            times.append(record["at_seconds"])
+            rates.append(tokens / record["at_seconds"])
+    column = len(titles)
+    figure.add_scatter(x=times, y=rates, mode="lines+markers", name="tokens/s", row=1, col=column)
+    figure.update_xaxes(title_text="seconds", row=1, col=column)
+    if baseline:
+        figure.add_hline(y=baseline["tokens_per_second"], line_dash="dash", line_color="grey",
+                         annotation_text="standard baseline", row=1, col=column)
+    headline = speedup_so_far(stats, baseline, rates[-1] if rates else None) if speculative else "standard generation"
+    figure.update_layout(barmode="stack", height=280, margin=dict(l=10, r=10, t=60, b=10), title=headline,
+                         title_font_size=14, legend=dict(orientation="h", y=-0.3))
+    return figure

@@ -1,0 +1,101 @@
+"""Models page support: the server's models, installing bundled models, and the pair advisor."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import streamlit as st
+
+from config import Settings
+from utils.app.runtime import ScriptCalls, run, server
+from utils.app.sidebar import relation_label
+from utils.engine.client import ServerError
+
+
+def server_models(settings: Settings, url: str) -> list[dict[str, Any]]:
+    """The server's models with their sizes, as `ollama list` shows them; raises ServerError."""
+    client = server(settings, url)
+
+    async def listing() -> list[dict[str, Any]]:
+        return [
+            {"model": m.get("model", ""), "size (MB)": round((m.get("size") or 0) / 1e6),
+             "parameters": (m.get("details") or {}).get("parameter_size", ""),
+             "quantization": (m.get("details") or {}).get("quantization_level", "")}
+            for m in await client.list_models()
+        ]
+
+    try:
+        return run(listing)
+    except ServerError as error:
+        raise type(error)(f"cannot list the models of {url}: {error.message}", error.status, error.host) from None
+
+
+def bundled_models(settings: Settings) -> list[dict[str, Any]]:
+    from utils.embedded.models import ModelStore
+
+    models = ModelStore(settings.models_dir)
+    return [
+        {"model": name, "size (MB)": round(spec.size / 1e6), "installed": models.is_installed(name),
+         "description": spec.description}
+        for name, spec in models.catalogue.items()
+    ]
+
+
+def install_models(settings: Settings, names: list[str]) -> None:
+    """Install bundled models, showing each step and the share of parts downloaded."""
+    from utils.embedded.models import ModelError, ModelStore
+
+    models = ModelStore(settings.models_dir)
+    bar = st.progress(0.0, text="Starting…")
+    with st.status(f"Installing {', '.join(names)}…", expanded=True) as status:
+        for number, name in enumerate(names):
+            parts = len(models.spec(name).parts)
+
+            def progress(line: str, number: int = number, parts: int = parts) -> None:
+                status.write(line)
+                if match := re.search(r"\[(\d+)/(\d+)\]", line):
+                    done = number + int(match.group(1)) / max(parts, 1)
+                    bar.progress(min(done / len(names), 1.0), text=line)
+
+            try:
+                models.install(name, progress=progress)
+            except ModelError as error:
+                status.update(label=f"Installing {name} failed", state="error")
+                st.error(f"{error}. Check the network connection and try again; finished parts are kept.")
+                return
+        bar.progress(1.0, text="Done")
+        status.update(label=f"Installed {', '.join(names)}", state="complete", expanded=False)
+    st.cache_data.clear()  # the server's model list and the tokenizer relations changed
+
+
+def run_advisor(settings: Settings, url: str, target: str, drafters: list[str], prompts: tuple[str, ...],
+                max_tokens: int):
+    """The pair advisor, with a progress bar."""
+    from utils.bench.advisor import advise
+
+    bar = st.progress(0.0, text="Starting…")
+    client = server(settings, url)
+    calls = ScriptCalls()  # the advisor reports from the engine's loop; the bar is drawn from the script
+
+    def progress(done: int, total: int, label: str) -> None:
+        bar.progress(done / total if total else 1.0, text=f"Measuring {label} ({done}/{total})")
+
+    return run(lambda: advise(settings, client, target, drafters, prompts=prompts, max_tokens=max_tokens,
+                              progress=calls.wrap(progress)), calls)
+
+
+def advice_table(advice) -> list[dict[str, Any]]:
+    rows = []
+    for measured in [advice.standard, *advice.candidates]:
+        rows.append({
+            "drafter": measured.drafter,
+            "kind": relation_label(measured.relation),
+            "tokens/s": round(measured.tokens_per_second, 1) if not measured.error else None,
+            "acceptance": None if measured.acceptance_rate is None else round(measured.acceptance_rate, 2),
+            "tokens per verification": (None if measured.mean_acceptance_length is None
+                                        else round(measured.mean_acceptance_length, 2)),
+            "same text as standard": measured.identical,
+            "problem": measured.error or "",
+        })
+    return rows

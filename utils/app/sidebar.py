@@ -1,0 +1,158 @@
+"""The shared sidebar: which server is in use, whether it verifies in parallel, and every setting of an
+answer (target, drafter, draft length, sampling), returned as `Choices`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from config import Settings
+from utils.app.runtime import ServerInfo, explain, run, server, server_info
+from utils.bench.advisor import check_parallel
+from utils.engine.client import LOGPROBS_SINCE, ServerError
+from utils.engine.drafters import NONE, model_free_drafters
+from utils.engine.request import GenerationRequest
+from utils.engine.tokenizers import tokenizer_relation
+from utils.hosts import HostError
+from utils.sampling import SamplingOptions
+
+RELATION_LABELS = {"same": "same tokenizer", "cross": "cross-tokenizer", "unusable": "unusable"}
+USABLE = ("same", "cross")
+
+
+def relation_label(relation: str) -> str:
+    """How a drafter relates to the target, in words; model-free drafters describe themselves."""
+    return RELATION_LABELS.get(relation) or model_free_drafters().get(relation, relation)
+
+
+@dataclass
+class Choices:
+    """What the sidebar asks for an answer."""
+
+    target: str
+    drafter: str  # a model name, a model-free drafter ("lookup"), or "none" for standard generation
+    k: int | None  # None: adaptive
+    p_min: float
+    draft_top_k: int
+    temperature: float
+    top_k: int
+    seed: int | None
+    max_tokens: int
+
+    @property
+    def speculative(self) -> bool:
+        return self.drafter != NONE
+
+    def decoder_settings(self, settings: Settings) -> Settings:
+        engine = settings.engine.model_copy(update={"p_min": self.p_min, "draft_top_k": self.draft_top_k})
+        return settings.model_copy(update={"engine": engine})
+
+    def request(self, messages: list[dict[str, str]]) -> GenerationRequest:
+        options = SamplingOptions(temperature=self.temperature, top_k=self.top_k, seed=self.seed)
+        return GenerationRequest(messages=messages, options=options, max_tokens=self.max_tokens, k=self.k)
+
+
+@st.cache_data(ttl=600, show_spinner="Reading the tokenizers of the server's models…")
+def drafter_relations(_settings: Settings, url: str, target: str, models: tuple[str, ...]) -> dict[str, str]:
+    """Each model's relation to `target`: "same" | "cross" | "unusable" (a model that fails to load)."""
+    client = server(_settings, url)
+
+    async def relate() -> dict[str, str]:
+        relations = {}
+        for model in models:
+            try:
+                relations[model] = await tokenizer_relation(client, target, client, model)
+            except ServerError:
+                relations[model] = "unusable"
+        return relations
+
+    return run(relate)
+
+
+@st.cache_data(ttl=3600, show_spinner="Checking whether the server verifies in parallel…")
+def parallel_check(_settings: Settings, url: str, target: str, width: int):
+    client = server(_settings, url)
+    return run(lambda: check_parallel(_settings, client, target, width))
+
+
+def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
+    """The shared sidebar: the server and every generation setting. (None, None) if no server."""
+    bar = st.sidebar
+    try:
+        info = server_info(settings)
+    except (HostError, ServerError) as error:
+        bar.error(explain(error, settings))
+        return None, None
+    where = "embedded llama.cpp server" if info.embedded else "Ollama"
+    source = "OLLAMA_HOST" if settings.ollama_host else "started by this app"
+    bar.markdown(f"**Server:** {where} at `{info.url}` ({source}), API {info.version}")
+    if not info.models:
+        bar.error("This server has no models: install one on the Models page, or `ollama pull` one.")
+        return info, None
+
+    default_target = settings.target_model if settings.target_model in info.models else info.models[0]
+    target = bar.selectbox("Target model", info.models, index=info.models.index(default_target), key="target")
+    if settings.target_model not in info.models:
+        bar.caption(f"The configured target {settings.target_model} is not on this server: install it on the "
+                    "Models page (embedded server) or `ollama pull` it.")
+    speculative = bar.toggle("Speculative decoding", value=True, key="speculative")
+    _parallel_note(settings, info, target)
+
+    drafter, k = NONE, None
+    if speculative:
+        model_free = list(model_free_drafters())
+        relations = {**{name: name for name in model_free},
+                     **drafter_relations(settings, info.url, target, tuple(info.models))}
+        options = list(relations)
+        wanted = settings.draft_model if relations.get(settings.draft_model) in USABLE else model_free[0]
+        drafter = bar.selectbox("Drafter", options, index=options.index(wanted), key="drafter",
+                                format_func=lambda name: f"{name} — {relation_label(relations[name])}")
+        if relations[drafter] == "unusable":
+            bar.warning(f"{drafter} cannot draft for {target}: answers use standard generation until you pick "
+                        "another drafter.")
+            drafter = NONE
+        elif drafter not in model_free and info.version_tuple < LOGPROBS_SINCE and not info.embedded:
+            bar.warning(f"Draft models need Ollama {'.'.join(map(str, LOGPROBS_SINCE))} or newer (log-probabilities); "
+                        "upgrade Ollama or use a drafter that needs no model.")
+        length = bar.select_slider("Draft length K", ["auto", *range(1, settings.engine.k_max + 1)], value="auto",
+                                   key="draft_length", help="auto: the controller picks K from measured speeds")
+        k = None if length == "auto" else int(length)
+    p_min = bar.slider("p_min (stop drafting below this probability)", 0.0, 1.0, settings.engine.p_min, 0.05,
+                       key="p_min", disabled=not speculative)
+    draft_top_k = bar.slider("Draft top-k (candidates read per position)", 1, 20, settings.engine.draft_top_k,
+                             key="draft_top_k", disabled=not speculative)
+    temperature = bar.slider("Temperature", 0.0, 2.0, 0.0, 0.05, key="temperature",
+                             help="0 is greedy: speculative output then equals standard output exactly")
+    top_k = bar.number_input("Top-k (sampling)", 0, 200, 40, key="top_k")
+    seed = bar.number_input("Seed", min_value=0, value=None, step=1, key="seed", placeholder="random")
+    max_tokens = bar.number_input("Max tokens", 1, 8192, 256, key="max_tokens")
+    return info, Choices(target, drafter, k, p_min, draft_top_k, temperature, int(top_k),
+                         None if seed is None else int(seed), int(max_tokens))
+
+
+def _parallel_note(settings: Settings, info: ServerInfo, target: str) -> None:
+    """Speculation pays only where the K+1 verification requests of a round run in parallel."""
+    width = settings.engine.k_max + 1
+    if info.embedded:
+        if info.batches:
+            st.sidebar.caption("Parallel verification: yes — the embedded server batches the nested verification "
+                               "requests itself.")
+        else:
+            st.sidebar.warning("Parallel verification: no — this embedded server evaluates requests one at a time "
+                               "(started with --no-batch), so speculation cannot pay. Fix: restart it without "
+                               "--no-batch.")
+        return
+    try:
+        check = parallel_check(settings, info.url, target, width)
+    except ServerError as error:
+        st.sidebar.caption(f"Parallel verification: not checked ({explain(error)})")
+        return
+    measured = (f"{check.width} verification requests took {check.concurrent_seconds:.2f} s at once and "
+                f"{check.sequential_seconds:.2f} s one after another")
+    if check.parallel:
+        st.sidebar.caption(f"Parallel verification: yes ({measured}).")
+    else:
+        st.sidebar.warning(f"Parallel verification: no — this Ollama runs verification requests one after another "
+                           f"({measured}), so speculation cannot pay. Fix: set OLLAMA_NUM_PARALLEL to at least "
+                           f"K+1 = {width} where Ollama runs, and restart it.")
