@@ -1,0 +1,100 @@
+"""The drafter registry: defining a Drafter subclass registers it; choices resolve to classes."""
+
+from __future__ import annotations
+
+import pytest
+
+import utils.engine.drafters.base as base
+from utils.engine.config import EngineConfig
+from utils.engine.drafters import NONE, Draft, Drafter, DraftSetup, build_drafter, drafter_class, model_free_drafters
+from utils.engine.drafters.lookup import PromptLookupDrafter
+from utils.engine.drafters.model import ModelDrafter
+from utils.sampling import GREEDY, SamplingOptions
+
+
+@pytest.fixture
+def registry(monkeypatch: pytest.MonkeyPatch) -> list[type[Drafter]]:
+    """A copy of the registry for one test, so the classes a test defines do not outlive it."""
+    copy = list(base._REGISTRY)
+    monkeypatch.setattr(base, "_REGISTRY", copy)
+    return copy
+
+
+def setup() -> DraftSetup:
+    return DraftSetup(target=None, target_model="target", draft_server=None, config=EngineConfig())  # type: ignore[arg-type]
+
+
+def test_the_packaged_drafters_are_registered() -> None:
+    assert drafter_class("lookup") is PromptLookupDrafter
+    # Anything that is not a drafter's kind is a draft model's name.
+    assert drafter_class("qwen2.5-coder:0.5b") is ModelDrafter
+    assert drafter_class("smollm2:135m") is ModelDrafter
+    assert model_free_drafters()["lookup"] == "prompt lookup, no model"
+    assert all(kind for kind in model_free_drafters())  # model drafters are not listed
+
+
+async def test_a_new_drafter_class_registers_itself(registry: list[type[Drafter]]) -> None:
+    before = len(registry)
+
+    class EchoDrafter(Drafter):
+        """Proposes the context's last character k times."""
+
+        kind = "unit-echo"
+        name = "unit-echo"
+        description = "repeats the last character"
+
+        @classmethod
+        async def create(cls, choice: str, setup: DraftSetup) -> EchoDrafter:
+            drafter = cls()
+            drafter.choice = choice
+            return drafter
+
+        async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
+            return Draft([context[-1]] * k)
+
+    assert registry[before:] == [EchoDrafter]
+    assert drafter_class("unit-echo") is EchoDrafter
+    assert model_free_drafters()["unit-echo"] == "repeats the last character"
+    assert drafter_class("qwen2.5-coder:0.5b") is ModelDrafter  # a named class does not serve model names
+    drafter = await build_drafter("unit-echo", setup())
+    assert isinstance(drafter, EchoDrafter) and drafter.choice == "unit-echo"
+    draft = await drafter.propose("abc", 3, GREEDY)
+    assert draft.pieces == ["c", "c", "c"] and len(draft) == 3
+    assert drafter.exact_distribution is False
+    drafter.update(draft, 2)  # the default learns nothing and must accept the call
+
+
+def test_the_registry_is_restored_after_a_test() -> None:
+    assert "unit-echo" not in model_free_drafters()
+
+
+async def test_none_means_standard_generation() -> None:
+    assert NONE == "none"
+    assert await build_drafter("none", setup()) is None
+    assert await build_drafter("", setup()) is None
+
+
+def test_a_model_name_with_no_model_drafter_is_refused(registry: list[type[Drafter]]) -> None:
+    registry[:] = [cls for cls in registry if cls.kind]
+    with pytest.raises(LookupError, match="no drafter serves 'qwen2.5-coder:0.5b'"):
+        drafter_class("qwen2.5-coder:0.5b")
+
+
+def test_the_latest_model_drafter_serves_model_names(registry: list[type[Drafter]]) -> None:
+    class OtherModelDrafter(ModelDrafter):
+        pass
+
+    assert drafter_class("any:model") is OtherModelDrafter
+
+
+def test_anchor_arguments_of_a_draft_model(tmp_path) -> None:
+    model = tmp_path / "draft.gguf"
+    assert ModelDrafter.llama_server_args("auto", None) is None
+    assert ModelDrafter.llama_server_args("auto", model) == ["--spec-type", "draft-simple", "-md", str(model)]
+    assert ModelDrafter.llama_server_args("4", model)[-2:] == ["--spec-draft-n-max", "4"]
+    assert Drafter.llama_server_args("auto", model) is None
+
+
+def test_draft_length() -> None:
+    assert len(Draft()) == 0
+    assert len(Draft(["a", "b"], [{}, {}])) == 2
