@@ -1,0 +1,86 @@
+"""The layers as the README draws them, read from the source with `ast`: the engine imports nothing of
+the app, the server, the benchmarks or the top-level settings; the embedded server nothing of the
+engine; and no module grows past 400 lines."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MAX_LINES = 400
+# What the engine (utils/engine/) must never import: it runs under any app, server or benchmark.
+NOT_FOR_THE_ENGINE = ["utils.embedded", "utils.api", "utils.proxy", "utils.app", "utils.bench", "utils.hosts",
+                      "streamlit", "config"]
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    """Every module `path` imports, absolute; `from a import b` counts as a and a.b (b may be a module)."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    return imports_in(path.read_text(), package)
+
+
+def imports_in(source: str, package: str) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def modules(folder: str) -> list[Path]:
+    return sorted((ROOT / folder).rglob("*.py"))
+
+
+def test_module_names_and_imports_are_read_right() -> None:
+    assert module_name(ROOT / "utils" / "engine" / "drafters" / "__init__.py") == "utils.engine.drafters"
+    assert module_name(ROOT / "utils" / "engine" / "drafters" / "lookup.py") == "utils.engine.drafters.lookup"
+    assert within("utils.app.store", "utils.app") and not within("utils.apps", "utils.app")
+    assert within("config", "config") and not within("utils.engine.config", "config")
+    source = "import streamlit as st\nfrom . import base\nfrom ..client import Step\nfrom utils import app\n"
+    assert imports_in(source, "utils.engine.drafters") == {
+        "streamlit", "utils.engine.drafters", "utils.engine.drafters.base", "utils.engine.client",
+        "utils.engine.client.Step", "utils", "utils.app",
+    }
+    # Imports inside functions count too: the engine must not reach the app lazily either.
+    assert imports_in("def f():\n    import config\n", "utils.engine") == {"config"}
+
+
+@pytest.mark.parametrize("path", modules("utils/engine"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_engine_imports_no_app_server_or_settings(path: Path) -> None:
+    bad = sorted(name for name in imports(path) for layer in NOT_FOR_THE_ENGINE if within(name, layer))
+    assert not bad, f"{path.relative_to(ROOT)} imports {', '.join(bad)}"
+
+
+def test_the_embedded_server_imports_nothing_of_the_engine() -> None:
+    bad = {str(path.relative_to(ROOT)): sorted(n for n in imports(path) if within(n, "utils.engine"))
+           for path in modules("utils/embedded")}
+    assert not {path: names for path, names in bad.items() if names}
+    assert bad  # the folder was found and read
+
+
+def test_no_module_over_400_lines() -> None:
+    paths = modules("utils") + modules("pages") + sorted(ROOT.glob("*.py"))
+    assert len(paths) > 20
+    sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in paths}
+    over = {path: lines for path, lines in sizes.items() if lines > MAX_LINES}
+    assert not over, f"over {MAX_LINES} lines: " + ", ".join(f"{p} ({n})" for p, n in sorted(over.items()))
