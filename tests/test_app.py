@@ -329,3 +329,74 @@ def test_one_client_per_server_reads_the_version_once(server_url, monkeypatch):
     first, second = runtime.server_info(settings), runtime.server_info(settings)
     assert first.version == second.version and SMALL in first.models
     assert asked.count("/api/version") <= 1 and asked.count("/api/tags") == 2
+
+
+def speculative_stats(output: int, drafted: int, accepted: int, ks: list[int], tokens_per_second: float = 40.0,
+                      drafter: str = "lookup") -> dict:
+    rounds = [{"k": k, "drafted": min(k, drafted), "accepted": 0, "emitted": 1, "seconds": 0.1,
+               "at_seconds": 0.1 * (n + 1)} for n, k in enumerate(ks)]
+    return {"mode": "speculative", "target": SMALL, "drafter": drafter, "done_reason": "stop",
+            "output_tokens": output, "drafted_tokens": drafted, "accepted_tokens": accepted, "drafts": 1 if drafted else 0,
+            "acceptance_rate": accepted / drafted if drafted else 0.0, "tokens_per_second": tokens_per_second,
+            "per_position_acceptance": [], "rounds": rounds, "fallbacks": []}
+
+
+def test_chat_shows_no_speedup_where_nothing_was_drafted(data_dir):
+    """A speed-up only where speculation ran: otherwise the reason, in the answer's caption."""
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    baseline = {"tokens_per_second": 20.0, "how": "last standard answer in Chat", "measured_at": "2026-01-01T00:00:00"}
+    conversation = stored.create("speeds")
+    stored.add_message(conversation, "user", "hello")
+    stored.add_message(conversation, "assistant", "x" * 127, baseline=baseline,
+                       stats=speculative_stats(127, 2, 1, [4] + [0] * 20))
+    stored.add_message(conversation, "user", "again")
+    stored.add_message(conversation, "assistant", "short", baseline=baseline, stats=speculative_stats(3, 3, 3, [4]))
+    stored.add_message(conversation, "user", "and again")
+    stored.add_message(conversation, "assistant", "fine", baseline=baseline, stats=speculative_stats(40, 30, 20, [4] * 8))
+
+    at = open_app()
+    captions = [c.value for c in at.caption if c.value.startswith("speculative")]
+    assert len(captions) == 3, captions
+    assert ("no speed-up shown: drafted 2 of 127 tokens: the controller found drafting did not pay here"
+            in captions[0]) and "×" not in captions[0]
+    assert "no speed-up shown: 3 tokens is too short an answer to measure a speed-up" in captions[1]
+    assert "×" not in captions[1]
+    assert "speed-up ×2.00 against standard baseline 20.0 tokens/s" in captions[2]
+
+
+def test_compare_shows_no_speedup_where_nothing_was_drafted():
+    def page():
+        from utils.app.compare import show_comparison
+        from tests.test_app import speculative_stats
+
+        standard = {"mode": "standard", "target": "m", "output_tokens": 127, "tokens_per_second": 20.0,
+                    "time_to_first_token_s": 0.2}
+        speculative = {**speculative_stats(127, 0, 0, [0] * 10, tokens_per_second=24.0), "time_to_first_token_s": 0.2}
+        show_comparison({"order": ["standard", "speculative"], "temperature": 0.0,
+                         "standard": {"text": "a", "pieces": [["a", "standard"]], "stats": standard, "note": None},
+                         "speculative": {"text": "a", "pieces": [["a", "standard"]], "stats": speculative,
+                                         "note": None}})
+
+    at = AppTest.from_function(page, default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert at.metric[-1].label == "Speed-up" and at.metric[-1].value == "—"
+    assert "No speed-up shown: drafted 0 of 127 tokens: the controller found drafting did not pay here" in at.info[0].value
+
+
+def test_advisor_never_recommends_a_draft_that_drafted_nothing():
+    from utils.app.models import advice_table, honest_advice
+    from utils.bench.advisor import Advice, Measurement
+
+    standard = Measurement("none", "standard", tokens_per_second=20.0, output_tokens=96)
+    idle = Measurement("lookup", "lookup", tokens_per_second=21.0, output_tokens=96, identical=True)  # drafted nothing
+    slow = Measurement("qwen2.5-coder:0.5b", "cross", tokens_per_second=15.0, output_tokens=96, acceptance_rate=0.5,
+                       mean_acceptance_length=2.0, identical=True)
+    advice = honest_advice(Advice(SMALL, standard, [idle, slow], recommended="lookup", reason="lookup: 21.0 tokens/s"))
+    assert advice.recommended == "none"
+    assert "lookup drafted nothing on these prompts" in advice.reason
+    assert [row["problem"] for row in advice_table(advice)] == ["", "drafted nothing", ""]
+
+    fast = Measurement("qwen2.5-coder:0.5b", "cross", tokens_per_second=30.0, output_tokens=96, acceptance_rate=0.7,
+                       mean_acceptance_length=3.0, identical=True)
+    advice = honest_advice(Advice(SMALL, standard, [idle, fast], recommended="lookup", reason="lookup: 21.0 tokens/s"))
+    assert advice.recommended == "qwen2.5-coder:0.5b" and "×1.50" in advice.reason

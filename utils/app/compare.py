@@ -12,7 +12,7 @@ from config import Settings
 from utils.app.answer_view import Answer, show_text, stream_answer
 from utils.app.runtime import store
 from utils.app.sidebar import Choices
-from utils.app.speed import remember_baseline
+from utils.app.speed import no_speedup_reason, remember_baseline
 from utils.engine.drafters import NONE
 
 
@@ -55,7 +55,10 @@ def show_comparison(result: dict[str, Any], texts: bool = True) -> None:
     second.metric("Time to first token, speculative", _seconds(speculative["stats"]["time_to_first_token_s"]))
     rate.metric("Tokens/s, standard → speculative",
                 f"{standard['stats']['tokens_per_second']:.1f} → {speculative['stats']['tokens_per_second']:.1f}")
-    if standard["stats"]["tokens_per_second"]:
+    if reason := no_speedup_reason(speculative["stats"]):
+        speedup.metric("Speed-up", "—", help="no figure where speculation hardly ran")
+        st.info(f"No speed-up shown: {reason}.")
+    elif standard["stats"]["tokens_per_second"]:
         ratio = speculative["stats"]["tokens_per_second"] / standard["stats"]["tokens_per_second"]
         speedup.metric("Speed-up", f"×{ratio:.2f}", help="measured just now, on the same server and target")
     if standard["text"] == speculative["text"]:

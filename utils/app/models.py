@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import streamlit as st
@@ -11,6 +12,7 @@ from config import Settings
 from utils.app.runtime import ScriptCalls, run, server
 from utils.app.sidebar import relation_label
 from utils.engine.client import ServerError
+from utils.engine.drafters import NONE
 
 
 def server_models(settings: Settings, url: str) -> list[dict[str, Any]]:
@@ -81,8 +83,35 @@ def run_advisor(settings: Settings, url: str, target: str, drafters: list[str], 
     def progress(done: int, total: int, label: str) -> None:
         bar.progress(done / total if total else 1.0, text=f"Measuring {label} ({done}/{total})")
 
-    return run(lambda: advise(settings, client, target, drafters, prompts=prompts, max_tokens=max_tokens,
-                              progress=calls.wrap(progress)), calls)
+    advice = run(lambda: advise(settings, client, target, drafters, prompts=prompts, max_tokens=max_tokens,
+                                progress=calls.wrap(progress)), calls)
+    return honest_advice(advice)
+
+
+def drafted_nothing(measured) -> bool:
+    """A candidate that ran without error but drafted no token: its speed is standard generation's."""
+    return measured.relation != "standard" and not measured.error and measured.acceptance_rate is None
+
+
+def honest_advice(advice):
+    """The advice, never recommending a draft that drafted nothing (its speed was standard generation's
+    plus noise, so "faster" meant nothing): the fastest candidate that drafted and beat standard
+    generation instead, or none."""
+    chosen = next((c for c in advice.candidates if c.drafter == advice.recommended), None)
+    if chosen is None or not drafted_nothing(chosen):
+        return advice
+    standard = advice.standard.tokens_per_second
+    paying = [c for c in advice.candidates
+              if not c.error and not drafted_nothing(c) and c.tokens_per_second > standard]
+    why = f"{chosen.drafter} drafted nothing on these prompts, so its speed was standard generation's"
+    if not paying:
+        return replace(advice, recommended=NONE,
+                       reason=f"{why}; no other draft beat standard generation ({standard:.1f} tokens/s): "
+                              "keep speculation off for this target")
+    best = max(paying, key=lambda c: c.tokens_per_second)
+    return replace(advice, recommended=best.drafter,
+                   reason=f"{why}; {best.drafter}: {best.tokens_per_second:.1f} tokens/s against {standard:.1f} "
+                          f"standard (×{best.tokens_per_second / standard:.2f})")
 
 
 def advice_table(advice) -> list[dict[str, Any]]:
@@ -96,6 +125,6 @@ def advice_table(advice) -> list[dict[str, Any]]:
             "tokens per verification": (None if measured.mean_acceptance_length is None
                                         else round(measured.mean_acceptance_length, 2)),
             "same text as standard": measured.identical,
-            "problem": measured.error or "",
+            "problem": measured.error or ("drafted nothing" if drafted_nothing(measured) else ""),
         })
     return rows

@@ -9,12 +9,14 @@ from config import Settings
 from utils.app.runtime import run, server, store, when
 from utils.app.store import ConversationStore
 from utils.engine.decoder import build_decoder
-from utils.engine.drafters import NONE
+from utils.engine.drafters import NONE, model_free_drafters
 from utils.engine.events import DoneEvent
 from utils.engine.request import GenerationRequest
 
 BASELINE_PROMPT = "Write a short paragraph about the history of the bicycle."
 BASELINE_MAX_TOKENS = 48
+MIN_TOKENS_FOR_SPEEDUP = 8  # shorter answers are over before their speed means anything
+MIN_DRAFTED_SHARE = 0.1  # below this share of drafted tokens, speculation hardly ran: no speed-up figure
 
 
 def baseline_text(baseline: dict[str, Any] | None) -> str:
@@ -24,9 +26,39 @@ def baseline_text(baseline: dict[str, Any] | None) -> str:
             f"{when(baseline['measured_at'])})")
 
 
+def no_speedup_reason(stats: dict[str, Any], so_far: bool = False) -> str | None:
+    """Why a speculative answer gets no speed-up figure, or None when it can have one.
+
+    A speed-up says what drafting did to the speed. An answer too short to time, or one where (almost)
+    nothing was drafted, ran at standard speed plus noise: a figure there would credit or blame
+    speculation for something it did not do, so the reason is shown instead."""
+    output, drafted = stats.get("output_tokens", 0), stats.get("drafted_tokens", 0)
+    if output < MIN_TOKENS_FOR_SPEEDUP:
+        if so_far:
+            return f"too few tokens yet ({output}) for a speed-up"
+        return f"{output} tokens is too short an answer to measure a speed-up"
+    if drafted >= MIN_DRAFTED_SHARE * output:
+        return None
+    return f"drafted {drafted} of {output} tokens: {_why_little_drafted(stats)}"
+
+
+def _why_little_drafted(stats: dict[str, Any]) -> str:
+    if fallbacks := stats.get("fallbacks"):
+        return fallbacks[-1]["reason"]
+    rounds = stats.get("rounds") or []
+    standard = sum(1 for r in rounds if not r.get("k"))
+    if rounds and standard >= len(rounds) / 2:
+        return "the controller found drafting did not pay here and generated normally"
+    if stats.get("drafter") in model_free_drafters():
+        return f"{stats['drafter']} found little to propose (it drafts from text that repeats)"
+    return "the draft proposed little that the target could check"
+
+
 def speedup_text(stats: dict[str, Any], baseline: dict[str, Any] | None) -> str:
     if stats.get("mode") == "standard":
         return "standard answer (used as the baseline)"
+    if reason := no_speedup_reason(stats):
+        return f"no speed-up shown: {reason}"
     if not baseline:
         return "speed-up: no baseline measured yet"
     speedup = stats["tokens_per_second"] / baseline["tokens_per_second"]
@@ -35,6 +67,8 @@ def speedup_text(stats: dict[str, Any], baseline: dict[str, Any] | None) -> str:
 
 def speedup_so_far(stats: dict[str, Any], baseline: dict[str, Any] | None, rate: float | None) -> str:
     """The live chart's headline for a speculative answer."""
+    if reason := no_speedup_reason(stats, so_far=True):
+        return f"no speed-up shown: {reason}"
     if baseline and rate:
         return f"speed-up so far ×{rate / baseline['tokens_per_second']:.2f} against the standard baseline"
     return "speed-up: no baseline measured yet"
