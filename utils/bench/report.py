@@ -12,9 +12,11 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from utils.bench.native import ENGINE as NATIVE
 from utils.engine.drafters import NONE as STANDARD
+from utils.engine.stats import AnswerStats, merge
 
-PROJECT, NATIVE = "project", "llama.cpp"  # the engines a run can come from
+PROJECT = "project"  # the engine a run comes from, unless it is the anchor (NATIVE)
 
 
 def _plain_runs(data: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
@@ -24,6 +26,13 @@ def _plain_runs(data: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
 
 def engine_of(run: dict[str, Any]) -> str:
     return run.get("engine", PROJECT)  # results.json from before the anchor existed has no engine
+
+
+def stats_of(run: dict[str, Any]) -> AnswerStats:
+    """A stored run's statistics as the one AnswerStats schema (older files lack a few fields)."""
+    known = {"mode": "standard" if run["drafter"] == STANDARD else "speculative", "target": run.get("target", ""),
+             "engine": engine_of(run)}
+    return AnswerStats.model_validate({**known, **run["stats"]})
 
 
 def _median(values: list[float]) -> float:
@@ -53,32 +62,28 @@ def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
                     and (engine, r["prompt_id"], r["repeat"]) in standard]
             if not runs:
                 continue
-            pairs = [(standard[(engine, r["prompt_id"], r["repeat"])], r) for r in runs]
-            speedups = [s["stats"]["tokens_per_second"] and r["stats"]["tokens_per_second"] / s["stats"]["tokens_per_second"]
-                        for s, r in pairs]
-            drafted = sum(r["stats"]["drafted_tokens"] for r in runs)
-            accepted = sum(r["stats"]["accepted_tokens"] for r in runs)
-            drafts = sum(r["stats"]["drafts"] for r in runs)
-            spec_rounds = [x for r in runs for x in r["stats"]["rounds"] if x["k"] > 0 and x["drafted"] > 0]
-            std_seconds_per_token = _median([
-                s["stats"]["standard_seconds"] / s["stats"]["output_tokens"] for s, _ in pairs if s["stats"]["output_tokens"]
-            ])
+            pairs = [(stats_of(standard[(engine, r["prompt_id"], r["repeat"])]), stats_of(r)) for r in runs]
+            speedups = [s.tokens_per_second and r.tokens_per_second / s.tokens_per_second for s, r in pairs]
+            total = merge([r for _, r in pairs])
+            spec_rounds = [x for _, r in pairs for x in r.rounds if x.k > 0 and x.drafted > 0]
+            std_seconds_per_token = _median([s.standard_seconds / s.output_tokens for s, _ in pairs if s.output_tokens])
             bound = float("nan")
             if spec_rounds:
-                tokens_per_second = sum(x["emitted"] for x in spec_rounds) / sum(x["seconds"] for x in spec_rounds)
+                tokens_per_second = sum(x.emitted for x in spec_rounds) / sum(x.seconds for x in spec_rounds)
                 bound = tokens_per_second * std_seconds_per_token
             low, high = _quartiles(speedups)
             speedup = _median(speedups)
             rows.append({
                 "category": category, "engine": engine, "drafter": drafter, "k": k, "runs": len(runs),
-                "standard_tps": _median([s["stats"]["tokens_per_second"] for s, _ in pairs]),
-                "speculative_tps": _median([r["stats"]["tokens_per_second"] for r in runs]),
+                "standard_tps": _median([s.tokens_per_second for s, _ in pairs]),
+                "speculative_tps": _median([r.tokens_per_second for _, r in pairs]),
                 "speedup": speedup, "speedup_p25": low, "speedup_p75": high,
-                "drafted": drafted, "acceptance": accepted / drafted if drafted else 0.0,
-                "mean_acceptance_length": 1 + accepted / drafts if drafts else 0.0,
-                "identical_rate": sum(s["text"] == r["text"] for s, r in pairs) / len(pairs),
+                "drafted": total.drafted_tokens, "acceptance": total.acceptance_rate,
+                "mean_acceptance_length": total.mean_acceptance_length,
+                "identical_rate": sum(standard[(engine, r["prompt_id"], r["repeat"])]["text"] == r["text"]
+                                      for r in runs) / len(runs),
                 "bound": bound, "of_bound": speedup / bound if bound and bound == bound else float("nan"),
-                "mean_k": statistics.fmean([k for r in runs for k in r["stats"]["k_history"]] or [0]),
+                "mean_k": statistics.fmean(total.k_history or [0]),
             })
     return rows
 
@@ -172,12 +177,8 @@ def figures(data: dict[str, Any]) -> dict[str, Any]:
     project = [r for r in data["runs"] if engine_of(r) == PROJECT]
     acceptance = go.Figure()
     for drafter in sorted({r["drafter"] for r in project if r["drafter"] != STANDARD}):
-        rounds = [x for r in project if r["drafter"] == drafter for x in r["stats"]["rounds"] if x["drafted"]]
-        longest = max((x["drafted"] for x in rounds), default=0)
-        rates = []
-        for position in range(longest):
-            reached = [x for x in rounds if x["drafted"] > position and x["accepted"] >= position]
-            rates.append(sum(x["accepted"] > position for x in reached) / len(reached) if reached else None)
+        rates = merge([stats_of(r) for r in project if r["drafter"] == drafter]).per_position_acceptance
+        longest = len(rates)
         acceptance.add_scatter(name=drafter, x=list(range(1, longest + 1)), y=rates, mode="lines+markers")
     acceptance.update_layout(title="Acceptance by draft position", xaxis_title="position", yaxis_title="accepted",
                              yaxis_range=[0, 1.05])

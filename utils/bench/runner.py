@@ -214,7 +214,8 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                                                                   config.temperature, seed=repeat)
                 data["runs"].append({"prompt_id": prompt["id"], "category": prompt["category"], "repeat": repeat,
                                      "engine": engine, "drafter": drafter, "k": k, "target": config.target,
-                                     "text": result["text"], "stats": result["stats"], "finished": time.time()})
+                                     "text": result["text"], "stats": result["stats"], "finished": time.time(),
+                                     **({"llama_timings": result["llama_timings"]} if "llama_timings" in result else {})})
                 _save(results_path, data)
         if progress:
             progress(len(plan), len(plan), "done")

@@ -98,6 +98,9 @@ class AnswerStats(BaseModel):
         for position in range(min(accepted + 1, drafted)):
             self.position_reached[position] += 1
             self.position_accepted[position] += position < accepted
+        self._derive()
+
+    def _derive(self) -> None:
         self.acceptance_rate = acceptance_rate(self.accepted_tokens, self.drafted_tokens)
         self.mean_acceptance_length = mean_acceptance_length(self.accepted_tokens, self.drafts)
         self.per_position_acceptance = [a / r for a, r in zip(self.position_accepted, self.position_reached) if r]
@@ -121,3 +124,26 @@ class AnswerStats(BaseModel):
 
 def _grow(counts: list[int], size: int) -> None:
     counts.extend([0] * (size - len(counts)))
+
+
+_SUMMED = ("output_tokens", "drafts", "drafted_tokens", "accepted_tokens", "correction_tokens", "bonus_tokens",
+           "standard_tokens", "total_seconds", "draft_seconds", "verify_seconds", "standard_seconds")
+_SUMMED_BY_INDEX = ("position_reached", "position_accepted", "acceptance_histogram")
+
+
+def merge(answers: list[AnswerStats], **fields) -> AnswerStats:
+    """Several answers' counters added up and the rates derived again: a pair's or a category's
+    totals. `fields` name what the merged answers share (mode, target, drafter)."""
+    total = AnswerStats(**{"mode": "merged", "target": "", **fields})
+    for answer in answers:
+        for name in _SUMMED:
+            setattr(total, name, getattr(total, name) + getattr(answer, name))
+        for name in _SUMMED_BY_INDEX:
+            counts, more = getattr(total, name), getattr(answer, name)
+            _grow(counts, len(more))
+            for index, count in enumerate(more):
+                counts[index] += count
+        total.k_history += answer.k_history
+    total._derive()
+    total.tokens_per_second = total.output_tokens / total.total_seconds if total.total_seconds > 0 else 0.0
+    return total
