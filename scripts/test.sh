@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Installs everything, then runs the whole test suite on the real engine and models.
+# Installs everything, lints, then runs the whole test suite on the real engine and models.
+# Arguments go to pytest: `bash scripts/test.sh -m "not models"` runs the fast layer (tests/unit/) only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SPEC_FORCE_MODELS=1 bash scripts/install.sh
 bash scripts/install_native.sh   # llama.cpp's llama-server, for tests/test_native.py
 bash scripts/install_browser.sh  # Debian's chromium, for tests/e2e
-exec .venv/bin/python -m pytest "$@"
+# Lint first (pyproject.toml); the tests run either way, so one run reports both.
+lint=0
+.venv/bin/ruff check . || lint=$?
+.venv/bin/python -m pytest "$@" || exit $?
+if [ "$lint" -ne 0 ]; then
+  echo "ruff check . found problems (above): failing although the tests passed" >&2
+fi
+exit "$lint"

@@ -322,8 +322,10 @@ async def test_verify_sample_match_gives_each_position_its_own_seed() -> None:
     verdict = await PromptPrefixValidator(server, "t", 512).verify("c", Draft(["A", "B"]), options, "sample-match",
                                                                     np.random.default_rng(5))
     seeds = [int(s) for s in np.random.default_rng(5).integers(0, 2**31 - 1, size=3)]
-    base = {"num_ctx": 512, "temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0}  # the answer's seed is not sent
-    assert server.calls == [("t", prompt, {**base, "seed": seed}, 0) for prompt, seed in zip(["c", "cA", "cAB"], seeds)]
+    # The answer's own seed is not sent: each position has its own.
+    base = {"num_ctx": 512, "temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0}
+    assert server.calls == [("t", prompt, {**base, "seed": seed}, 0)
+                            for prompt, seed in zip(["c", "cA", "cAB"], seeds, strict=True)]
     assert len(set(seeds)) == 3
     assert verdict == Verdict(accepted=1, pieces=[("A", "draft")], prompt_tokens=7, resume_seed=seeds[1])
 
@@ -333,6 +335,7 @@ async def test_verify_rejection_asks_greedy_requests_for_the_top_log_probabiliti
     options = OPTION_SETS[0]
     verdict = await PromptPrefixValidator(server, "t", 512).verify("c", Draft(["a"], [DRAFT_TOP]), options, "rejection",
                                                                     np.random.default_rng(0))
-    assert server.calls == [("t", prompt, {"num_ctx": 512, "temperature": 0}, MAX_TOP_LOGPROBS) for prompt in ("c", "ca")]
+    greedy = {"num_ctx": 512, "temperature": 0}
+    assert server.calls == [("t", prompt, greedy, MAX_TOP_LOGPROBS) for prompt in ("c", "ca")]
     assert verdict.accepted == 1  # p(a) > q(a): always kept
     assert verdict.pieces[0] == ("a", "draft") and verdict.pieces[1][1] == "bonus"
