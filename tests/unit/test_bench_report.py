@@ -156,3 +156,16 @@ def test_report_without_anchor_or_server(data: dict) -> None:
     text = report_markdown(bare, summarize(bare))
     assert "- Server: ? (Ollama API ?)" in text.splitlines()
     assert "Anchor" not in text and "Plain decoding" not in text
+
+
+def test_acceptance_by_position_adds_up_the_runs_counters(data: dict) -> None:
+    from utils.bench.report import figures
+
+    traces = {trace.name: trace for trace in figures(data)["acceptance_by_position"].data}
+    # The draft model: 4 code runs of 5 drafts of 4, 3 accepted each (reached 5 5 5 5, accepted 5 5 5 0)
+    # and 2 edit runs of 5 drafts of 2 with 1 1 1 0 0 accepted (reached 5 3, accepted 3 0): reached
+    # 30 26 20 20, accepted 26 20 20 0.
+    assert list(traces[DRAFT].y) == pytest.approx([26 / 30, 20 / 26, 1.0, 0.0])
+    assert list(traces[DRAFT].x) == [1, 2, 3, 4]
+    # Lookup: 2 edit runs of 3 drafts of 8 with 7 accepted.
+    assert list(traces["lookup"].y) == pytest.approx([1.0] * 7 + [0.0])
