@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from utils.engine.stats import AnswerStats, RoundRecord, acceptance_rate, mean_acceptance_length
+from utils.engine.stats import AnswerStats, RoundRecord, acceptance_rate, mean_acceptance_length, merge
 
 
 def speculative() -> AnswerStats:
@@ -86,3 +86,24 @@ def test_finish_and_the_schema_round_trip() -> None:
     again = AnswerStats.model_validate_json(stats.model_dump_json())
     assert again == stats
     assert "per_position_acceptance" in AnswerStats.model_json_schema()["properties"]
+
+
+def test_merge_adds_the_counters_and_derives_the_rates_again() -> None:
+    first = speculative()
+    first.observe_round(RoundRecord(k=4, drafted=4, accepted=2, emitted=3, seconds=0.1), 0.02, 0.08)
+    first.observe_standard(RoundRecord(k=0, emitted=5, seconds=0.25))
+    first.finish(1.0)
+    second = speculative()
+    second.observe_round(RoundRecord(k=2, drafted=2, accepted=2, emitted=3, seconds=0.05), 0.01, 0.04)
+    second.finish(0.5)
+    total = merge([first, second], drafter="lookup")
+    assert (total.mode, total.drafter) == ("merged", "lookup")
+    assert total.output_tokens == 11 and total.standard_tokens == 5
+    assert total.drafts == 2 and total.drafted_tokens == 6 and total.accepted_tokens == 4
+    assert total.position_reached == [2, 2, 1, 0] and total.position_accepted == [2, 2, 0, 0]
+    assert total.acceptance_histogram == [0, 0, 2, 0, 0]
+    assert total.per_position_acceptance == [1.0, 1.0, 0.0]
+    assert total.acceptance_rate == pytest.approx(4 / 6) and total.mean_acceptance_length == 3.0
+    assert total.k_history == [4, 0, 2]
+    assert total.total_seconds == 1.5 and total.tokens_per_second == pytest.approx(11 / 1.5)
+    assert merge([]).drafts == 0 and merge([]).tokens_per_second == 0.0
