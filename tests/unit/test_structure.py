@@ -78,6 +78,38 @@ def test_the_embedded_server_imports_nothing_of_the_engine() -> None:
     assert bad  # the folder was found and read
 
 
+def project_modules() -> dict[str, Path]:
+    paths = modules("utils") + sorted(ROOT.glob("*.py"))
+    return {module_name(path): path for path in paths}
+
+
+def reachable(start: str, known: dict[str, Path]) -> dict[str, str]:
+    """Every project module `start` imports directly or through other project modules, each with the
+    module that imported it (a package's __init__ runs too when one of its modules is imported)."""
+    seen: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        current = todo.pop()
+        for name in imports(known[current]):
+            parts = name.split(".")
+            for size in range(1, len(parts) + 1):
+                module = ".".join(parts[:size])
+                if module in known and module not in seen and module != start:
+                    seen[module] = current
+                    todo.append(module)
+    return seen
+
+
+def test_the_engine_reaches_no_app_server_or_settings_through_shared_modules() -> None:
+    known = project_modules()
+    engine = [name for name in known if within(name, "utils.engine")]
+    assert "utils.engine.validator" in engine and "utils.sampling" in reachable("utils.engine.validator", known)
+    problems = [f"{name} -> ... {via} -> {module}"
+                for name in engine for module, via in reachable(name, known).items()
+                if any(within(module, layer) for layer in NOT_FOR_THE_ENGINE)]
+    assert not problems
+
+
 def test_no_module_over_400_lines() -> None:
     paths = modules("utils") + modules("pages") + sorted(ROOT.glob("*.py"))
     assert len(paths) > 20
