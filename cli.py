@@ -1,4 +1,4 @@
-"""Command line: serve | models | generate | bench. `python cli.py COMMAND --help` for each."""
+"""Command line: serve | proxy | models | generate | bench | bench-overhead. `python cli.py COMMAND --help` for each."""
 
 from __future__ import annotations
 
@@ -12,6 +12,45 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from utils.embedded.server import serve
 
     serve(args.host, args.port or get_settings().embedded_port, get_settings(), batch=not args.no_batch)
+    return 0
+
+
+def cmd_proxy(args: argparse.Namespace) -> int:
+    import asyncio
+
+    import uvicorn
+
+    from utils.engine.client import OllamaServer, ServerError
+    from utils.hosts import HostError, target_host
+    from utils.proxy.app import ProxyConfig, create_proxy, is_loopback, origins_from_env
+    from utils.proxy.pairs import PairError, default_pairs, parse_pairs
+
+    settings = get_settings()
+    if not is_loopback(args.host) and not settings.api_key and not args.insecure:
+        print(f"error: listening on {args.host} lets anyone who reaches it run your models: set SPEC_API_KEY "
+              "(clients then send 'Authorization: Bearer <key>'), or pass --insecure to allow it without a key",
+              file=sys.stderr)
+        return 2
+    try:
+        pairs = parse_pairs(args.pair or [p for p in settings.pairs.split(",") if p.strip()])
+        upstream = args.upstream or settings.upstream or target_host(settings)
+        if not pairs:
+            server = OllamaServer(upstream, connect_timeout=settings.engine.connect_timeout)
+            try:
+                pairs = asyncio.run(default_pairs(server, settings.target_model, settings.draft_model,
+                                                  draft_host=args.draft_host))
+            finally:
+                asyncio.run(server.aclose())
+    except (PairError, HostError, ServerError) as error:
+        print(f"error: {getattr(error, 'message', None) or error}", file=sys.stderr)
+        return 1
+    config = ProxyConfig(upstream=upstream, pairs=pairs, engine=settings.engine,
+                         draft_host=args.draft_host or settings.draft_host, api_key=settings.api_key,
+                         origins=origins_from_env())
+    port = args.port or settings.proxy_port
+    print(f"speculative proxy on http://{args.host}:{port} in front of {upstream}; "
+          f"pairs: {', '.join(f'{t}={d}' for t, d in pairs.items()) or 'none'}", file=sys.stderr, flush=True)
+    uvicorn.run(create_proxy(config), host=args.host, port=port, log_level="warning", timeout_graceful_shutdown=5)
     return 0
 
 
@@ -184,6 +223,17 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--no-batch", action="store_true",
                        help="evaluate requests one at a time, as Ollama does with OLLAMA_NUM_PARALLEL=1")
     serve.set_defaults(run=cmd_serve)
+
+    proxy = commands.add_parser("proxy", help="a speculative Ollama proxy: point any Ollama client at it")
+    proxy.add_argument("--upstream", default=None,
+                       help="the Ollama to front (default: SPEC_UPSTREAM, OLLAMA_HOST, else the embedded server)")
+    proxy.add_argument("--host", default="127.0.0.1", help="address to listen on (non-loopback needs SPEC_API_KEY)")
+    proxy.add_argument("--port", type=int, default=None, help="port to listen on (default: SPEC_PROXY_PORT, 11435)")
+    proxy.add_argument("--draft-host", default=None, help="the Ollama that runs draft models (default: upstream)")
+    proxy.add_argument("--pair", action="append", metavar="TARGET=DRAFTER",
+                       help="speculate for TARGET with DRAFTER, a draft model or 'lookup' (repeatable)")
+    proxy.add_argument("--insecure", action="store_true", help="allow a non-loopback address without an API key")
+    proxy.set_defaults(run=cmd_proxy)
 
     models = commands.add_parser("models", help="list or install the bundled models")
     models.add_argument("action", choices=["list", "install"])

@@ -38,6 +38,14 @@ class Settings(BaseSettings):
     # The speculative engine: draft limits, context size, time limits (SPEC_K_MAX, SPEC_P_MIN, ...).
     engine: EngineConfig = Field(default_factory=EngineConfig)
 
+    # The proxy (`cli.py proxy`): the Ollama it fronts (default: OLLAMA_HOST, else the embedded server),
+    # its drafter pairs ("target=drafter,target=drafter"; default below), its port, and the bearer key
+    # that a listener on a non-loopback address requires.
+    upstream: str | None = None
+    pairs: str = ""
+    proxy_port: int = Field(default=11435, ge=1, le=65535)
+    api_key: str | None = None
+
     # Files. Models and conversations live outside the repository.
     data_dir: Path = DEFAULT_DATA_DIR
 

@@ -54,6 +54,11 @@ class _Answer:
     def context(self) -> str:
         return self.prompt + self.output.generated
 
+    def note_prompt_tokens(self, count: int) -> None:
+        """The server's token count of the prompt alone, from the first answer that reports one."""
+        if not self.stats.prompt_tokens and count > 0:
+            self.stats.prompt_tokens = count
+
     def emitted(self, events: list[TextEvent]) -> list[TextEvent]:
         if events and self.stats.time_to_first_token_s is None:
             self.stats.time_to_first_token_s = time.perf_counter() - self.started
@@ -139,6 +144,7 @@ class SpeculativeDecoder:
                     for event in answer.emitted(output.add(chunk.text, "standard", len(chunk.tokens))):
                         yield event
                 if chunk.done_reason is not None:
+                    answer.note_prompt_tokens(chunk.prompt_tokens - (output.tokens - count))
                     for event in answer.emitted(output.end(chunk.done_reason)):
                         yield event
                     break
@@ -178,6 +184,7 @@ class SpeculativeDecoder:
         drafter.update(draft, verdict.accepted)
         controller.record_round(k, len(draft), verdict.accepted, drafted_at - round_started, verified_at - drafted_at)
         answer.context_tokens = verdict.prompt_tokens - answer.output.tokens
+        answer.note_prompt_tokens(answer.context_tokens)
         before = answer.output.tokens
         for event in self._emit(answer, verdict):
             yield event

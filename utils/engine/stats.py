@@ -43,6 +43,7 @@ class AnswerStats(BaseModel):
     method: str | None = Field(None, description="greedy | sample-match | rejection")
     engine: str = Field("project", description="which engine answered: 'project' or 'llama.cpp' (the anchor)")
     done_reason: str = ""
+    prompt_tokens: int = Field(0, description="the target's token count of the prompt, as the server reported it")
     output_tokens: int = 0
     drafts: int = Field(0, description="verification steps that carried a draft (vLLM num_drafts)")
     drafted_tokens: int = 0

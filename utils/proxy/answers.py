@@ -1,0 +1,69 @@
+"""A speculative answer in Ollama's response shape: NDJSON chunks while streaming, one JSON object
+otherwise, with the `*_duration` fields in nanoseconds for the whole answer and one extra object,
+`speculative`, with the engine's statistics (clients ignore fields they do not know)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from utils.api.http import ndjson_line, now
+from utils.engine.decoder import SpeculativeDecoder
+from utils.engine.events import DoneEvent, GenerationError, TextEvent
+from utils.engine.request import GenerationRequest
+from utils.engine.stats import AnswerStats
+
+NS = 1_000_000_000
+
+
+def _text_fields(text: str, chat: bool) -> dict[str, Any]:
+    return {"message": {"role": "assistant", "content": text}} if chat else {"response": text}
+
+
+def speculative_summary(stats: AnswerStats) -> dict[str, Any]:
+    """The extra object: what speculation did for this answer."""
+    return {
+        "drafter": stats.drafter, "method": stats.method, "drafts": stats.drafts,
+        "draft_tokens": stats.drafted_tokens, "accepted_tokens": stats.accepted_tokens,
+        "acceptance_rate": round(stats.acceptance_rate, 4),
+        "mean_acceptance_length": round(stats.mean_acceptance_length, 4),
+        "per_position_acceptance": [round(rate, 4) for rate in stats.per_position_acceptance],
+        "standard_tokens": stats.standard_tokens, "tokens_per_second": round(stats.tokens_per_second, 2),
+        "fallbacks": [fallback.reason for fallback in stats.fallbacks],
+    }
+
+
+def final_fields(model: str, stats: AnswerStats, text: str, chat: bool) -> dict[str, Any]:
+    """The closing object's fields; `text` is the whole answer (non-streamed) or "" (streamed)."""
+    first = stats.time_to_first_token_s or 0.0
+    return {
+        "model": model, "created_at": now(), **_text_fields(text, chat), "done": True,
+        "done_reason": stats.done_reason or "stop",
+        "total_duration": int(stats.total_seconds * NS), "load_duration": 0,
+        "prompt_eval_count": stats.prompt_tokens, "prompt_eval_duration": int(first * NS),
+        "eval_count": stats.output_tokens, "eval_duration": int(max(stats.total_seconds - first, 0.0) * NS),
+        "speculative": speculative_summary(stats),
+    }
+
+
+async def events(decoder: SpeculativeDecoder, request: GenerationRequest) -> AsyncIterator[TextEvent | DoneEvent]:
+    """The decoder's text and final events (rounds and fallbacks are in the final statistics)."""
+    async for event in decoder.stream(request):
+        if isinstance(event, (TextEvent, DoneEvent)):
+            yield event
+
+
+async def ndjson(model: str, chat: bool, stream: AsyncIterator[TextEvent | DoneEvent],
+                 on_done: Any) -> AsyncIterator[bytes]:
+    """Ollama's streamed answer; a failure after the first chunk ends it with an `{"error"}` line, as
+    Ollama does. `on_done(stats)` is called with the final statistics."""
+    try:
+        async for event in stream:
+            if isinstance(event, TextEvent):
+                yield ndjson_line({"model": model, "created_at": now(), **_text_fields(event.text, chat),
+                                   "done": False})
+            else:
+                on_done(event.stats)
+                yield ndjson_line(final_fields(model, event.stats, "", chat))
+    except GenerationError as error:
+        yield ndjson_line({"error": error.message})

@@ -1,0 +1,214 @@
+"""The proxy's HTTP app: speculate where the engine answers exactly, forward everything else.
+
+`/api/generate` and `/api/chat` for a target with a paired drafter run the speculative engine
+against the upstream server (the draft on `draft_host` if given); every other request, and those
+the routing sends on (see routing.py), goes upstream unchanged. `GET /metrics` serves Prometheus
+counters; `GET /api/proxy/recent` the latest requests for the app's traffic page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from fastapi import FastAPI, Request
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
+
+from utils.api.http import MAX_BODY_BYTES, NDJSON, json_response
+from utils.engine.client import OllamaServer, ServerError
+from utils.engine.config import EngineConfig
+from utils.engine.decoder import SpeculativeDecoder
+from utils.engine.drafters import Drafter, DraftSetup, build_drafter
+from utils.engine.events import GenerationError
+from utils.proxy import answers
+from utils.proxy.forward import forward
+from utils.proxy.metrics import ProxyMetrics
+from utils.proxy.routing import Forward, Speculation, plan
+
+# Ollama's default allowed origins (envconfig.AllowedOrigins): localhost in every spelling, any port,
+# and the schemes of desktop and editor apps; OLLAMA_ORIGINS adds more, comma-separated.
+LOCAL_ORIGINS = r"(https?://(localhost|127\.0\.0\.1|0\.0\.0\.0|\[::1\])(:\d+)?)|((app|file|tauri|vscode-webview)://.*)"
+
+
+@dataclass
+class ProxyConfig:
+    upstream: str  # the Ollama that answers everything, and verifies drafts
+    pairs: dict[str, str]  # target model -> drafter choice ("lookup" or a draft model)
+    engine: EngineConfig
+    draft_host: str | None = None  # where draft models run, if not upstream
+    api_key: str | None = None  # required as a bearer token on every request when set
+    origins: list[str] = field(default_factory=list)  # allowed CORS origins beyond Ollama's defaults
+
+
+class _Drafters:
+    """One drafter per target, built on first use (a drafter holds no per-answer state)."""
+
+    def __init__(self, config: ProxyConfig, target: OllamaServer, draft: OllamaServer):
+        self.config, self.target, self.draft = config, target, draft
+        self.built: dict[str, Drafter | None] = {}
+        self.lock = asyncio.Lock()
+
+    async def decoder(self, model: str, engine: EngineConfig) -> SpeculativeDecoder:
+        async with self.lock:
+            if model not in self.built:
+                await self.target.show(model)  # Ollama's own 404 for a model upstream does not have
+                setup = DraftSetup(self.target, model, self.draft, engine)
+                self.built[model] = await build_drafter(self.config.pairs[model], setup)
+        return SpeculativeDecoder(self.target, model, self.built[model], engine)
+
+
+def create_proxy(config: ProxyConfig) -> FastAPI:
+    upstream_http = httpx.AsyncClient(base_url=config.upstream.rstrip("/"),
+                                      timeout=httpx.Timeout(config.engine.request_timeout,
+                                                            connect=config.engine.connect_timeout))
+    target = OllamaServer(config.upstream, connect_timeout=config.engine.connect_timeout,
+                          timeout=config.engine.request_timeout)
+    draft = (OllamaServer(config.draft_host, connect_timeout=config.engine.connect_timeout,
+                          timeout=config.engine.draft_timeout) if config.draft_host else target)
+    drafters = _Drafters(config, target, draft)
+    metrics = ProxyMetrics()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        yield
+        await upstream_http.aclose()
+        await target.aclose()
+        if draft is not target:
+            await draft.aclose()
+
+    app = FastAPI(title="Speculative Ollama proxy", lifespan=lifespan, openapi_url=None, docs_url=None,
+                  redoc_url=None)
+    app.state.metrics = metrics
+    app.add_middleware(CORSMiddleware, allow_origin_regex=LOCAL_ORIGINS, allow_origins=config.origins,
+                       allow_methods=["*"], allow_headers=["*"])
+
+    @app.middleware("http")
+    async def authorize(request: Request, call_next):
+        if config.api_key and request.method != "OPTIONS":
+            if request.headers.get("authorization", "") != f"Bearer {config.api_key}":
+                return json_response({"error": "unauthorized: this proxy needs 'Authorization: Bearer <key>'"}, 401)
+        return await call_next(request)
+
+    # The key is the proxy's, not upstream's: it is not sent on.
+    drop = frozenset({"authorization"}) if config.api_key else frozenset()
+
+    def client_of(request: Request) -> str:
+        return request.client.host if request.client else ""
+
+    @app.get("/metrics")
+    async def prometheus() -> Response:
+        return PlainTextResponse(metrics.prometheus(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/api/proxy/recent")
+    async def recent() -> Response:
+        return json_response({"upstream": config.upstream, "pairs": config.pairs, "requests": list(metrics.recent)})
+
+    async def speculate_or_forward(request: Request, chat: bool) -> Response:
+        endpoint = request.url.path
+        body_bytes = await request.body()
+        if len(body_bytes) > MAX_BODY_BYTES:
+            return json_response({"error": f"request body larger than {MAX_BODY_BYTES} bytes"}, 413)
+        try:
+            body: Any = json.loads(body_bytes)
+        except ValueError:
+            body = None
+        decision = plan(body, chat, config.pairs, config.engine)
+        if isinstance(decision, Forward):
+            model = body.get("model", "") if isinstance(body, dict) else ""
+            metrics.observe_forward(client_of(request), endpoint, str(model), decision.code, decision.reason)
+            return await forward(request, upstream_http, body_bytes, drop)
+        return await _speculate(request, decision, chat, endpoint)
+
+    async def _speculate(request: Request, job: Speculation, chat: bool, endpoint: str) -> Response:
+        try:
+            decoder = await drafters.decoder(job.model, job.config)
+            stream = answers.events(decoder, job.request)
+            first = await anext(stream)  # a failure before any text gets a status, as Ollama's would
+        except (ServerError, GenerationError) as error:
+            status = getattr(error, "status", None) or 500
+            return json_response({"error": error.message}, status)
+        client = client_of(request)
+
+        async def replay():
+            yield first
+            async for event in stream:
+                yield event
+
+        def done(stats) -> None:
+            metrics.observe_answer(client, endpoint, stats)
+            if job.keep_alive is not None:  # the model's residency is upstream's: tell it, as Ollama would apply it
+                asyncio.get_running_loop().create_task(_keep_alive(job.model, job.keep_alive))
+
+        lines = answers.ndjson(job.model, chat, replay(), done)
+        if job.stream:
+            return StreamingResponse(lines, media_type=NDJSON)
+        return await _whole(request, lines)
+
+    async def _keep_alive(model: str, keep_alive: Any) -> None:
+        try:
+            await upstream_http.post("/api/generate", json={"model": model, "keep_alive": keep_alive})
+        except httpx.HTTPError:
+            pass  # residency is advice to upstream; the answer is already complete
+
+    async def _whole(request: Request, lines) -> Response:
+        """A non-streamed answer: the chunks joined into one object, as Ollama answers with stream false.
+        A client that goes away stops the work (its generator is closed)."""
+        text, last = [], None
+        watcher = asyncio.get_running_loop().create_task(_closed(request))
+        try:
+            async for line in lines:
+                if watcher.done():
+                    break
+                message = json.loads(line)
+                if "error" in message:
+                    return json_response(message, 500)
+                if message.get("done"):
+                    last = message
+                else:
+                    text.append(message["message"]["content"] if "message" in message else message["response"])
+        finally:
+            watcher.cancel()
+            await lines.aclose()
+        if last is None:
+            return Response(status_code=499)
+        if "message" in last:
+            last["message"]["content"] = "".join(text)
+        else:
+            last["response"] = "".join(text)
+        return json_response(last)
+
+    @app.post("/api/generate")
+    async def generate(request: Request) -> Response:
+        return await speculate_or_forward(request, chat=False)
+
+    @app.post("/api/chat")
+    async def chat(request: Request) -> Response:
+        return await speculate_or_forward(request, chat=True)
+
+    @app.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
+    async def passthrough(request: Request, path: str) -> Response:
+        code = re.sub(r"[^a-z0-9/]", "", request.url.path.lower())[:40] or "/"
+        metrics.observe_forward(client_of(request), request.url.path, "", "endpoint", f"{code} is not speculated")
+        return await forward(request, upstream_http, None, drop)
+
+    return app
+
+
+async def _closed(request: Request) -> None:
+    while not await request.is_disconnected():
+        await asyncio.sleep(0.05)
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
+
+
+def origins_from_env() -> list[str]:
+    return [origin.strip() for origin in os.environ.get("OLLAMA_ORIGINS", "").split(",") if origin.strip()]

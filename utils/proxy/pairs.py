@@ -1,0 +1,31 @@
+"""Which drafter speculates for which target: `--pair TARGET=DRAFTER`, or a default from upstream's models."""
+
+from __future__ import annotations
+
+from utils.engine.client import OllamaServer
+from utils.engine.drafters.lookup import LOOKUP
+
+
+class PairError(ValueError):
+    pass
+
+
+def parse_pairs(items: list[str]) -> dict[str, str]:
+    """`["qwen2.5-coder:1.5b=qwen2.5-coder:0.5b", "llama3=lookup"]` -> {target: drafter}."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        target, sep, drafter = item.strip().partition("=")
+        if not sep or not target.strip() or not drafter.strip():
+            raise PairError(f"a pair is TARGET=DRAFTER (a draft model or '{LOOKUP}'), not {item!r}")
+        pairs[target.strip()] = drafter.strip()
+    return pairs
+
+
+async def default_pairs(upstream: OllamaServer, target: str, draft: str, draft_host: str | None = None) -> dict[str, str]:
+    """Prompt lookup (it needs no model) for every model upstream has; the configured draft model for
+    the configured target where the draft is there too (or on its own draft host)."""
+    models = await upstream.models()
+    pairs = {model: LOOKUP for model in models}
+    if target in pairs and (draft in models or draft_host):
+        pairs[target] = draft
+    return pairs

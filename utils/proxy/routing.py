@@ -1,0 +1,89 @@
+"""Speculate or forward: which requests the engine answers exactly, and what they ask for.
+
+A request is speculated only when every field it carries is one the engine honours exactly; any
+other field (`format`, `tools`, `images`, an option the validator would not keep exact, ...) sends it
+upstream unchanged, with the reason recorded. Nothing is ignored silently.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from utils.api.schemas import ChatBody, GenerateBody
+from utils.engine.config import EngineConfig
+from utils.engine.request import GenerationRequest
+
+# Options the engine applies exactly as Ollama would; any other option is forwarded.
+SPECULATED_OPTIONS = {"temperature", "top_k", "top_p", "min_p", "seed", "num_predict", "stop", "num_ctx"}
+# Request fields the engine honours (model and stream are read here; keep_alive is passed upstream).
+GENERATE_FIELDS = {"model", "prompt", "system", "raw", "stream", "options", "keep_alive"}
+CHAT_FIELDS = {"model", "messages", "stream", "options", "keep_alive"}
+MESSAGE_FIELDS = {"role", "content"}
+
+
+@dataclass
+class Speculation:
+    """A request the engine answers: which model, what to generate, how to reply."""
+
+    model: str
+    request: GenerationRequest
+    config: EngineConfig  # the proxy's, with the request's num_ctx where it gave one
+    stream: bool
+    keep_alive: Any
+
+
+@dataclass
+class Forward:
+    """A request for upstream: `code` is a short label for metrics, `reason` a sentence for people."""
+
+    code: str
+    reason: str
+
+
+def plan(body: Any, chat: bool, pairs: dict[str, str], config: EngineConfig) -> Speculation | Forward:
+    """How to serve one /api/generate (chat=False) or /api/chat body."""
+    if not isinstance(body, dict):
+        return Forward("invalid", "the body is not a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or model not in pairs:
+        return Forward("no_pair", f"no drafter is paired with model {model!r}")
+    known = CHAT_FIELDS if chat else GENERATE_FIELDS
+    for field, value in body.items():
+        if field not in known and value not in (None, False, "", [], {}):
+            return Forward(field.lstrip("_"), f"`{field}` is served by upstream: speculation does not apply it")
+    options = body.get("options") or {}
+    if not isinstance(options, dict):
+        return Forward("invalid", "options is not an object")
+    for option in options:
+        if option not in SPECULATED_OPTIONS:
+            return Forward(f"option:{option}", f"option `{option}` is not kept exact by speculation")
+    try:
+        parsed = ChatBody.model_validate(body) if chat else GenerateBody.model_validate(body)
+        parsed.check()
+    except (ValidationError, ValueError, Exception) as error:  # noqa: BLE001 - upstream answers with its own message
+        return Forward("invalid", f"upstream judges this request: {error}")
+    if parsed.options.num_predict < -1 or parsed.options.num_predict == 0:
+        return Forward("invalid", "num_predict below -1 or 0 is upstream's to answer")
+    if chat:
+        messages = body.get("messages") or []
+        for message in messages:
+            extra = [f for f, v in message.items() if f not in MESSAGE_FIELDS and v not in (None, "", [], {})]
+            if extra:
+                return Forward(extra[0], f"messages with `{extra[0]}` are served by upstream")
+        if not messages:
+            return Forward("load", "a chat without messages loads the model: upstream does that")
+        request = GenerationRequest(messages=[{"role": m.role, "content": m.content} for m in parsed.messages],
+                                    options=parsed.options.sampling(), max_tokens=parsed.options.num_predict,
+                                    stop=parsed.options.stops())
+    else:
+        if not parsed.prompt:
+            return Forward("load", "an empty prompt loads the model: upstream does that")
+        request = GenerationRequest(prompt=parsed.prompt, raw=parsed.raw, system=parsed.system,
+                                    options=parsed.options.sampling(), max_tokens=parsed.options.num_predict,
+                                    stop=parsed.options.stops())
+    if parsed.options.num_ctx:
+        config = config.model_copy(update={"num_ctx": parsed.options.num_ctx})
+    return Speculation(model, request, config, parsed.stream, body.get("keep_alive"))
