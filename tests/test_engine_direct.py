@@ -111,3 +111,62 @@ def test_rows_are_computed_the_same_in_a_batch_and_alone():
     print(f"largest logit difference, batch against single: {exact} by default, {fast:.3f} with fast batches")
     assert exact == 0.0
     assert fast > 0.0  # the check can tell the two apart
+
+
+def run_jobs(runner, prompts: list[bytes], num_predict: int, together: bool) -> list[tuple[list[int], object]]:
+    """Submit greedy jobs (all at once while they count as arriving, or one after another) and wait
+    for them: (tokens made, completion) of each."""
+    import threading
+
+    from utils.embedded.engine import ARRIVALS, Job
+    from utils.sampling import SamplingOptions
+
+    results = []
+
+    def job(prompt: bytes):
+        made, done, finished = [], [], threading.Event()
+        results.append((made, done))
+        return Job(prompt, SamplingOptions(temperature=0.0), num_predict, None,
+                   on_token=lambda info: made.append(info.token),
+                   on_done=lambda event: (done.append(event), finished.set())), finished
+
+    jobs = [job(prompt) for prompt in prompts]
+    if together:
+        for _ in jobs:
+            ARRIVALS.arrive()  # what the HTTP layer does as requests come in
+        for each, _ in jobs:
+            runner.submit(each)
+            ARRIVALS.settle()
+        for _, finished in jobs:
+            assert finished.wait(60)
+    else:
+        for each, finished in jobs:
+            runner.submit(each)
+            assert finished.wait(60)
+    return [(made, done[0]) for made, done in results]
+
+
+@pytest.mark.parametrize("k", [4, 6])
+def test_a_validator_burst_is_one_llama_decode(k):
+    """K+1 nested one-token prompts (context, context+d1, ...) are answered from ONE llama_decode,
+    each exactly as it is answered alone."""
+    from utils.embedded.engine import ModelRunner
+
+    runner = ModelRunner(MODEL, ModelStore(get_settings().models_dir).path(MODEL), 1024, threads=2)
+    try:
+        context = PROMPTS[0].encode()
+        [(drafts, _)] = run_jobs(runner, [context], k, together=False)
+        pieces = [runner.pieces[t] for t in drafts]
+        prompts = [context + b"".join(pieces[:i]) for i in range(k + 1)]
+        run_jobs(runner, [context], 1, together=False)  # the cache holds the context again
+        before = runner.decodes
+        together = run_jobs(runner, prompts, 1, together=True)
+        assert runner.decodes - before == 1
+        assert [made for made, _ in together[:-1]] == [[t] for t in drafts]  # greedy follows its own path
+        counts = [done.prompt_eval_count for _, done in together]
+        assert counts == list(range(counts[0], counts[0] + k + 1))
+        alone = run_jobs(runner, prompts, 1, together=False)
+        assert [made for made, _ in together] == [made for made, _ in alone]
+        assert counts == [done.prompt_eval_count for _, done in alone]
+    finally:
+        runner.close()

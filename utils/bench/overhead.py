@@ -62,7 +62,9 @@ class Row:
                       statistics.median(s.engine_ms for s in self.samples))
 
     def outside(self) -> float:
-        return statistics.median(s.outside_ms for s in self.samples)
+        """Median wall time minus median engine time."""
+        median = self.median()
+        return median.wall_ms - median.engine_ms
 
 
 def context_text(tokens_wanted: int, chars_per_token: float) -> str:

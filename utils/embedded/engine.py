@@ -10,7 +10,9 @@ in a nested group each prompt is tokenized as the previous one plus its extra te
 
 from __future__ import annotations
 
+import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +35,7 @@ BURST_MAX_SECONDS = 0.040
 BURST_POLL_SECONDS = 0.0002
 
 EXACT_ROWS = 7
+TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
 
 # llama.cpp computes with OpenMP, and libgomp keeps a team of threads for each thread that calls it.
 # With a team per loaded model there are more OpenMP threads than cores, and libgomp then stops
@@ -105,6 +108,8 @@ class Job:
     tokens: list[int] = field(default_factory=list)
     reuse: int = 0  # leading tokens known to equal the cache as it was at `version`
     version: int = -1
+    submitted: int = 0  # time.perf_counter_ns() when it was handed to the worker
+    walked: int = 0  # leading tokens that TokenCache.tokenize gave (the rest: a nested prompt's extra text)
 
 
 @contextmanager
@@ -181,6 +186,7 @@ class ModelRunner:
         # of at most this many, so a validator burst up to K = 6 is one llama_decode and a greedy
         # speculative answer stays the standard one. With fast batches, nothing is exact anyway.
         self.exact_rows = EXACT_ROWS if not fast_batches else self.llama.n_batch
+        self.decodes = 0  # llama_decode calls so far
         self._batch_views()
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.thread = threading.Thread(target=self._serve, name=f"model {name}", daemon=True)
@@ -226,6 +232,7 @@ class ModelRunner:
         ]
 
     def submit(self, job: Job) -> None:
+        job.submitted = time.perf_counter_ns()
         self.jobs.put(job)
 
     def close(self) -> None:
@@ -243,10 +250,17 @@ class ModelRunner:
             job = self.jobs.get()
             if job is None:
                 return
+            taken = time.perf_counter_ns()
             burst = [job]
             if job.num_predict == 1 and self.batch:
                 self._gather(burst)
-            for group in self._nested_groups(burst):
+            gathered = time.perf_counter_ns()
+            groups = self._nested_groups(burst)
+            if TRACE:
+                print(f"[{self.name}] {len(burst)} jobs in {len(groups)} groups; waited "
+                      f"{(taken - job.submitted) / 1e6:.2f} ms in the queue, {(gathered - taken) / 1e6:.2f} ms for the "
+                      f"burst, {(time.perf_counter_ns() - gathered) / 1e6:.2f} ms to tokenize", file=sys.stderr, flush=True)
+            for group in groups:
                 self.current = group[-1]
                 self._run_group(group)
                 self.current = None
@@ -282,10 +296,10 @@ class ModelRunner:
             try:
                 if nests:
                     job.tokens = self.cache.after(last.tokens, job.prompt, len(last.prompt))
-                    job.reuse, job.version = last.reuse, last.version
+                    job.reuse, job.version, job.walked = last.reuse, last.version, last.walked
                 else:
                     job.tokens, job.reuse = self.cache.tokenize(job.prompt)
-                    job.version = self.cache.version
+                    job.version, job.walked = self.cache.version, len(job.tokens)
             except Exception as error:  # noqa: BLE001 - reported to the client, never raised here
                 job.on_done(EngineError(f"could not tokenize the prompt: {error}", 400))
                 continue
@@ -309,6 +323,7 @@ class ModelRunner:
             first = len(group[0].tokens) - 1
             hint = group[0].reuse if group[0].version == self.cache.version else 0
             rows = self._evaluate(longest, first_row=first, hint=hint, copy=False)
+            self.cache.settle(group[0].walked)
             prompt_ns = time.perf_counter_ns() - started
             for job in group:
                 self._generate(job, rows[len(job.tokens) - 1 - first], prompt_ns)
@@ -350,6 +365,7 @@ class ModelRunner:
             self._batch_logits[count - 1] = 1  # llama.cpp always gives the last token's logits
             self.llama._batch.batch.n_tokens = count
             _COMPUTE.submit(ctx.decode, self.llama._batch).result()
+            self.decodes += 1
             self.cache.extend(chunk)
             if rows:
                 flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(count * self.vocab_size,))

@@ -1,0 +1,93 @@
+"""`python cli.py bench-overhead`: its tables parse and their numbers agree with one another.
+
+A short run on smollm2:135m against the session's server. Timings on a shared machine are noise, so
+nothing here is a timing threshold: the checks are that every figure is there, that the differences
+are differences, and that the projected speed-ups follow from the measured times by the formula.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT
+from utils.bench.overhead import KS, RATES, speedup
+
+ROW = re.compile(r"^(?P<label>\S.*?)\s+(?P<wall>-?\d+\.\d+)\s+(?P<engine>-?\d+\.\d+)\s+(?P<outside>-?\d+\.\d+)$")
+SPEEDUP = re.compile(r"^\s*(?P<a>0\.\d)\s+(?P<values>(?:\d+\.\d+\s+)+)(?P<best>\d+)\s+(?P<bestS>\d+\.\d+)$")
+
+
+@pytest.fixture(scope="module")
+def printed(server_url: str) -> str:
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), "bench-overhead", "--host", server_url, "--context", "120",
+         "--repeat", "2"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+def parse(printed: str) -> tuple[dict[str, tuple[float, float, float]], list[list[tuple]], dict[float, float]]:
+    rows: dict[str, tuple[float, float, float]] = {}
+    tables: list[list[tuple]] = []
+    lost: dict[float, float] = {}
+    for line in printed.splitlines():
+        if line.startswith("projected speed-up") or line.startswith("ideal one-decode"):
+            tables.append([])
+        elif match := SPEEDUP.match(line):
+            values = [float(v) for v in match["values"].split()]
+            tables[-1].append((float(match["a"]), values, int(match["best"]), float(match["bestS"])))
+        elif line.startswith("share of the ideal"):
+            lost = {float(a): float(p) / 100 for a, p in re.findall(r"a=(0\.\d) (-?\d+)%", line)}
+        elif (match := ROW.match(line)) and not tables:
+            rows[match["label"]] = (float(match["wall"]), float(match["engine"]), float(match["outside"]))
+    return rows, tables, lost
+
+
+def test_the_tables_parse_and_add_up(printed):
+    assert re.search(r"^context \d+ tokens: target smollm2:135m, draft smollm2:135m, embedded server", printed, re.M)
+    rows, tables, lost = parse(printed)
+    expected = {"standard decoding, per token", "one-token request, extending the cache"}
+    expected |= {f"draft proposal, K={k}" for k in KS} | {f"validator burst, K={k} ({k + 1} requests)" for k in KS}
+    assert set(rows) == expected, printed
+    for label, (wall, engine, outside) in rows.items():
+        assert wall > 0 and engine > 0, label
+        assert outside == pytest.approx(wall - engine, abs=0.011), label  # the difference of the two columns
+        assert engine <= wall + 0.01, f"{label}: the engine cannot take longer than the request"
+    single = rows["one-token request, extending the cache"][2]
+    for k in KS:
+        burst = rows[f"validator burst, K={k} ({k + 1} requests)"][2]
+        extra = float(re.search(rf"extra outside time per nested request, K={k}: (-?\d+\.\d+) ms", printed)[1])
+        assert extra == pytest.approx((burst - single) / k, abs=0.011)
+        fixed = float(re.search(rf"draft fixed overhead, K={k}: (-?\d+\.\d+) ms", printed)[1])
+        assert fixed == pytest.approx(rows[f"draft proposal, K={k}"][2], abs=0.011)
+
+    # The projections: the wall times, then (embedded server) the engine's own times.
+    assert len(tables) == 2 and all(len(table) == len(RATES) for table in tables)
+    for column, table in zip((0, 1), tables):
+        def time(label: str) -> float:
+            return rows[label][column]
+
+        for (a, values, best, best_s), rate in zip(table, RATES):
+            assert a == rate
+            for k, value in zip(KS, values):
+                projected = speedup(k, a, time("standard decoding, per token"), time(f"draft proposal, K={k}"),
+                                    time(f"validator burst, K={k} ({k + 1} requests)"))
+                assert value == pytest.approx(projected, rel=0.03, abs=0.011)
+            assert best_s == max(values) and values[KS.index(best)] == best_s
+    for (a, wall_values, _, wall_best), (_, _, _, ideal_best) in zip(*tables):
+        assert lost[a] == pytest.approx(1 - wall_best / ideal_best, abs=0.011)
+
+
+def test_a_server_that_cannot_be_reached_is_an_error_not_a_traceback():
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), "bench-overhead", "--host", "http://127.0.0.1:9", "--context", "50",
+         "--repeat", "1"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert run.returncode == 1
+    assert run.stderr.startswith("error: ") and "Traceback" not in run.stderr
