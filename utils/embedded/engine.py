@@ -29,10 +29,11 @@ from utils.sampling import SamplingOptions, log_sum_exp, sample
 # A validator's K+1 requests reach the server a little apart (each is sent and parsed on its own).
 # After a one-token request, the worker waits while requests that have arrived are still being
 # parsed, and for a short quiet gap after the latest arrival; never longer than the cap. A lone
-# request was parsed for longer than the gap already, so it does not wait at all.
-BURST_GAP_SECONDS = 0.0015
+# request waits at most what is left of the gap after its own parsing.
+BURST_GAP_SECONDS = 0.001
 BURST_MAX_SECONDS = 0.040
 BURST_POLL_SECONDS = 0.0002
+BURST_LATE_SECONDS = 0.010  # how long a burst smaller than the last one waits for the rest
 
 EXACT_ROWS = 7
 TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
@@ -187,6 +188,7 @@ class ModelRunner:
         # speculative answer stays the standard one. With fast batches, nothing is exact anyway.
         self.exact_rows = EXACT_ROWS if not fast_batches else self.llama.n_batch
         self.decodes = 0  # llama_decode calls so far
+        self.expected_burst = 1  # jobs in the last burst of one-token requests
         self._batch_views()
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.thread = threading.Thread(target=self._serve, name=f"model {name}", daemon=True)
@@ -266,23 +268,32 @@ class ModelRunner:
                 self.current = None
 
     def _gather(self, burst: list[Job]) -> None:
-        """Add the jobs that arrive while requests are still being read, or within a short gap."""
-        cap = time.monotonic() + BURST_MAX_SECONDS
+        """Add the jobs that arrive while requests are still being read, or within a short gap.
+
+        A validator sends bursts of about the same size round after round; while this burst has
+        fewer jobs than the last one, a request that is late (a busy client, a busy machine) is
+        waited for a little longer, since evaluating it apart costs a whole llama_decode.
+        """
+        started = time.monotonic()
+        cap = started + BURST_MAX_SECONDS
         while True:
             try:
                 more = self.jobs.get_nowait()
             except queue.Empty:
                 now = time.monotonic()
-                if now >= cap or (ARRIVALS.in_flight <= 0 and now - ARRIVALS.last >= BURST_GAP_SECONDS):
-                    return
+                quiet = ARRIVALS.in_flight <= 0 and now - ARRIVALS.last >= BURST_GAP_SECONDS
+                short = len(burst) < self.expected_burst and now - started < BURST_LATE_SECONDS
+                if now >= cap or (quiet and not short):
+                    break
                 try:
                     more = self.jobs.get(timeout=BURST_POLL_SECONDS)
                 except queue.Empty:
                     continue
             if more is None:
                 self.jobs.put(None)
-                return
+                break
             burst.append(more)
+        self.expected_burst = len(burst)
 
     def _nested_groups(self, burst: list[Job]) -> list[list[Job]]:
         """Tokenize the burst shortest first and chain prompts that extend one another."""
