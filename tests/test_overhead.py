@@ -69,17 +69,16 @@ def test_the_tables_parse_and_add_up(printed):
     # The projections: the wall times, then (embedded server) the engine's own times.
     assert len(tables) == 2 and all(len(table) == len(RATES) for table in tables)
     for column, table in zip((0, 1), tables):
-        def time(label: str) -> float:
-            return rows[label][column]
-
         for (a, values, best, best_s), rate in zip(table, RATES):
             assert a == rate
             for k, value in zip(KS, values):
-                projected = speedup(k, a, time("standard decoding, per token"), time(f"draft proposal, K={k}"),
-                                    time(f"validator burst, K={k} ({k + 1} requests)"))
+                standard = rows["standard decoding, per token"][column]
+                draft = rows[f"draft proposal, K={k}"][column]
+                burst = rows[f"validator burst, K={k} ({k + 1} requests)"][column]
+                projected = speedup(k, a, standard, draft, burst)
                 assert value == pytest.approx(projected, rel=0.03, abs=0.011)
             assert best_s == max(values) and values[KS.index(best)] == best_s
-    for (a, wall_values, _, wall_best), (_, _, _, ideal_best) in zip(*tables):
+    for (a, _, _, wall_best), (_, _, _, ideal_best) in zip(*tables):
         assert lost[a] == pytest.approx(1 - wall_best / ideal_best, abs=0.011)
 
 

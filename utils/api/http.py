@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -57,7 +57,7 @@ def ndjson_response(lines: AsyncIterator[bytes]) -> StreamingResponse:
 
 def now() -> str:
     """Ollama's `created_at`: UTC with a Z."""
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 class BodyLimit:

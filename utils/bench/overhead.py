@@ -189,7 +189,8 @@ async def measure(url: str, target: str, draft: str, tokens_wanted: int, repeat:
             rows["one"].samples.extend(await bench.one_token_steps(context, pieces))
             for k in KS:
                 rows[f"draft{k}"].samples.append(await bench.draft_proposal(context, k))
-                rows[f"burst{k}"].samples.append(await bench.burst([context + "".join(pieces[:i]) for i in range(k + 1)]))
+                prompts = [context + "".join(pieces[:i]) for i in range(k + 1)]
+                rows[f"burst{k}"].samples.append(await bench.burst(prompts))
 
         await round_()  # warm-up, not counted
         for row in rows.values():

@@ -176,7 +176,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
             )
             prompt = render_chat(runner, messages) if messages else ""
         if body.debug_render_only:
-            return json_response({"model": body.model, "created_at": now(), "_debug_info": {"rendered_template": prompt}})
+            return _rendered(body.model, prompt)
         if not body.prompt:  # Ollama answers an empty prompt by only loading the model
             return final_response(body.model, "load", None, load, chat=False, stream=body.stream)
         return await answer(request, runner, body, prompt, load, chat=False)
@@ -188,12 +188,17 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         messages = [m.model_dump() for m in body.messages]
         prompt = render_chat(runner, messages) if messages else ""
         if body.debug_render_only:
-            return json_response({"model": body.model, "created_at": now(), "_debug_info": {"rendered_template": prompt}})
+            return _rendered(body.model, prompt)
         if not messages:
             return final_response(body.model, "load", None, load, chat=True, stream=body.stream)
         return await answer(request, runner, body, prompt, load, chat=True)
 
     return app
+
+
+def _rendered(model: str, prompt: str) -> Response:
+    """The answer to `_debug_render_only`: the prompt the template made, nothing generated."""
+    return json_response({"model": model, "created_at": now(), "_debug_info": {"rendered_template": prompt}})
 
 
 def _number(value: str) -> Any:

@@ -15,16 +15,16 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from utils.embedded.cache import TokenCache, common_prefix
-from utils.sampling import SamplingOptions, log_sum_exp, sample
+from utils.embedded.jobs import ARRIVALS, Completion, EngineError, Job, TokenInfo
+from utils.sampling import log_sum_exp, sample
 
 # A validator's K+1 requests reach the server a little apart (each is sent and parsed on its own).
 # After a one-token request, the worker waits while requests that have arrived are still being
@@ -43,74 +43,6 @@ TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was
 # spinning between steps: the target decoded about 15% slower once a draft model was loaded beside
 # it. Every model's evaluations run on this one thread instead, so there is one team in all.
 _COMPUTE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
-
-
-class Arrivals:
-    """Generation requests the server has begun to read but not yet handed to a model.
-
-    The HTTP layer counts them (`arrive` when a request comes in, `settle` once its job is submitted
-    or it ends otherwise); a worker holding a one-token job waits while any are in flight, since
-    they may be the rest of its validator burst. Written by the event loop, read by the workers.
-    """
-
-    def __init__(self) -> None:
-        self.in_flight = 0
-        self.last = 0.0  # time.monotonic() of the latest arrival
-
-    def arrive(self) -> None:
-        self.in_flight += 1
-        self.last = time.monotonic()
-
-    def settle(self) -> None:
-        self.in_flight -= 1
-
-
-ARRIVALS = Arrivals()
-
-
-class EngineError(Exception):
-    """A request the engine cannot serve; `status` is the HTTP status Ollama uses for it."""
-
-    def __init__(self, message: str, status: int = 500):
-        super().__init__(message)
-        self.status = status
-
-
-@dataclass
-class TokenInfo:
-    token: int
-    piece: bytes
-    logprob: float | None = None
-    top: list[tuple[int, bytes, float]] | None = None
-
-
-@dataclass
-class Completion:
-    """The end of one request: why it stopped and Ollama's counters (durations in nanoseconds)."""
-
-    done_reason: str
-    prompt_eval_count: int
-    prompt_eval_duration: int
-    eval_count: int
-    eval_duration: int
-
-
-@dataclass
-class Job:
-    """One generation request. `on_token` and `on_done` are called from the worker thread."""
-
-    prompt: bytes
-    options: SamplingOptions
-    num_predict: int
-    top_logprobs: int | None  # None: no logprobs
-    on_token: Callable[[TokenInfo], None]
-    on_done: Callable[[Completion | EngineError], None]
-    cancelled: threading.Event = field(default_factory=threading.Event)
-    tokens: list[int] = field(default_factory=list)
-    reuse: int = 0  # leading tokens known to equal the cache as it was at `version`
-    version: int = -1
-    submitted: int = 0  # time.perf_counter_ns() when it was handed to the worker
-    walked: int = 0  # leading tokens that TokenCache.tokenize gave (the rest: a nested prompt's extra text)
 
 
 @contextmanager
@@ -259,9 +191,10 @@ class ModelRunner:
             gathered = time.perf_counter_ns()
             groups = self._nested_groups(burst)
             if TRACE:
+                tokenized = time.perf_counter_ns()
                 print(f"[{self.name}] {len(burst)} jobs in {len(groups)} groups; waited "
-                      f"{(taken - job.submitted) / 1e6:.2f} ms in the queue, {(gathered - taken) / 1e6:.2f} ms for the "
-                      f"burst, {(time.perf_counter_ns() - gathered) / 1e6:.2f} ms to tokenize", file=sys.stderr, flush=True)
+                      f"{(taken - job.submitted) / 1e6:.2f} ms in the queue, {(gathered - taken) / 1e6:.2f} ms "
+                      f"for the burst, {(tokenized - gathered) / 1e6:.2f} ms to tokenize", file=sys.stderr, flush=True)
             for group in groups:
                 self.current = group[-1]
                 self._run_group(group)
@@ -381,7 +314,8 @@ class ModelRunner:
             if rows:
                 flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(count * self.vocab_size,))
                 last = start + size >= len(tokens)  # the next decode would overwrite a view
-                outputs.append(flat.reshape(count, self.vocab_size) if last else flat.reshape(count, self.vocab_size).copy())
+                chunk_rows = flat.reshape(count, self.vocab_size)
+                outputs.append(chunk_rows if last else chunk_rows.copy())
         if not outputs:
             return np.empty((0, self.vocab_size), dtype=np.float32)
         if len(outputs) == 1:

@@ -56,7 +56,7 @@ class EmbeddedServer:
     def stop(self) -> None:
         stop_process(self.process, grace=15)
 
-    def __enter__(self) -> "EmbeddedServer":
+    def __enter__(self) -> EmbeddedServer:
         self.start()
         return self
 
