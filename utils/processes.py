@@ -18,14 +18,15 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_until_healthy(process: subprocess.Popen, health_url: str, timeout: float) -> str | None:
+def wait_until_healthy(process: subprocess.Popen, health_url: str, timeout: float,
+                       headers: dict[str, str] | None = None) -> str | None:
     """Poll `health_url` until it answers with success: None then, otherwise why it did not."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
             return f"exited with code {process.returncode}"
         try:
-            httpx.get(health_url, timeout=1.0).raise_for_status()
+            httpx.get(health_url, timeout=1.0, headers=headers).raise_for_status()
             return None
         except httpx.HTTPError:
             time.sleep(0.25)

@@ -88,7 +88,7 @@ class SpeculativeDecoder:
             steps = self._standard_segment(answer) if k == 0 else self._speculative_round(answer, k)
             async for event in steps:
                 yield event
-        yield self._done(answer)
+        yield await self._done(answer)
 
     # -- the steps -----------------------------------------------------------------------------------
 
@@ -210,8 +210,17 @@ class SpeculativeDecoder:
             events += answer.emitted(output.end("stop"))
         return events
 
-    def _done(self, answer: _Answer) -> DoneEvent:
+    async def _done(self, answer: _Answer) -> DoneEvent:
         stats = answer.stats
+        if not stats.prompt_tokens:
+            # No request of this answer reported the prompt's size (every segment was closed before the
+            # server's last message): one token's request on the cached prompt tells it.
+            try:
+                step = await self.target.next_token(self.target_model, answer.prompt,
+                                                    {"num_ctx": self.config.num_ctx, "temperature": 0})
+                stats.prompt_tokens = step.prompt_tokens
+            except ServerError:
+                pass  # the answer is complete; its statistics lack the prompt's size
         stats.done_reason = answer.output.done_reason or "stop"
         stats.output_tokens = answer.output.tokens
         stats.finish(time.perf_counter() - answer.started)

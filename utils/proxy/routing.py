@@ -65,6 +65,11 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], config: EngineConfig) -> 
         parsed.check()
     except (ValidationError, ValueError, Exception) as error:  # noqa: BLE001 - upstream answers with its own message
         return Forward("invalid", f"upstream judges this request: {error}")
+    sampling = parsed.options.sampling()
+    if sampling.seed is not None and not sampling.greedy:
+        # Speculation keeps the target's distribution, but which sample a seed draws depends on how the
+        # answer was cut into rounds: only upstream's standard generation repeats a seeded answer.
+        return Forward("option:seed", "a seeded sampled answer is repeatable only in standard generation")
     if parsed.options.num_predict < -1 or parsed.options.num_predict == 0:
         return Forward("invalid", "num_predict below -1 or 0 is upstream's to answer")
     if chat:
@@ -76,13 +81,13 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], config: EngineConfig) -> 
         if not messages:
             return Forward("load", "a chat without messages loads the model: upstream does that")
         request = GenerationRequest(messages=[{"role": m.role, "content": m.content} for m in parsed.messages],
-                                    options=parsed.options.sampling(), max_tokens=parsed.options.num_predict,
+                                    options=sampling, max_tokens=parsed.options.num_predict,
                                     stop=parsed.options.stops())
     else:
         if not parsed.prompt:
             return Forward("load", "an empty prompt loads the model: upstream does that")
         request = GenerationRequest(prompt=parsed.prompt, raw=parsed.raw, system=parsed.system,
-                                    options=parsed.options.sampling(), max_tokens=parsed.options.num_predict,
+                                    options=sampling, max_tokens=parsed.options.num_predict,
                                     stop=parsed.options.stops())
     if parsed.options.num_ctx:
         config = config.model_copy(update={"num_ctx": parsed.options.num_ctx})

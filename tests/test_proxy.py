@@ -1,0 +1,260 @@
+"""The speculative proxy (`cli.py proxy`), started as a user would, in front of the real embedded server,
+driven by the clients people use: ollama-python (sync and async) and LangChain's ChatOllama.
+
+Greedy answers through the proxy must equal the upstream's own standard answers word for word;
+forwarded endpoints must return upstream's bytes and status; /metrics must add up to the answers'
+own statistics; a client that goes away must leave no work running upstream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import ollama
+import pytest
+
+from tests.conftest import SMALL
+from utils.embedded.server import EmbeddedServer
+from utils.processes import free_port, stop_process, wait_until_healthy
+
+ROOT = Path(__file__).resolve().parents[1]
+QWEN = "qwen2.5-coder:0.5b"
+GREEDY = {"temperature": 0, "num_predict": 40}
+# Prompts whose answers repeat their own text: prompt lookup drafts in them, so speculation runs.
+PROMPTS = [
+    "Repeat this sentence exactly twice: The quick brown fox jumps over the lazy dog near the river bank.",
+    "Rewrite this list in the same order, one item per line: apples, pears, plums, cherries, grapes, figs.",
+    "Copy this code exactly:\n\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n",
+]
+
+
+@contextmanager
+def proxy(upstream: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """`python cli.py proxy` on a free port, stopped by pid whatever happens."""
+    port = free_port()
+    log = open(ROOT / "artifacts" / "tmp" / f"proxy-{port}.log", "wb") if (ROOT / "artifacts" / "tmp").is_dir() \
+        else subprocess.DEVNULL
+    process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "proxy", "--upstream", upstream,
+                                "--port", str(port), *args], cwd=ROOT, env={**os.environ, **(env or {})},
+                               stdout=log, stderr=log, start_new_session=True)
+    try:
+        key = (env or {}).get("SPEC_API_KEY")
+        problem = wait_until_healthy(process, f"http://127.0.0.1:{port}/metrics", 60,
+                                     headers={"Authorization": f"Bearer {key}"} if key else None)
+        assert problem is None, problem
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(process, grace=10)
+
+
+@pytest.fixture(scope="module")
+def proxied(server_url) -> Iterator[str]:
+    with proxy(server_url, "--pair", f"{SMALL}=lookup", "--pair", f"{QWEN}={SMALL}") as url:
+        yield url
+
+
+def raw_answer(url: str, path: str, body: dict) -> dict:
+    """A non-streamed answer as JSON: the `speculative` object, which clients drop, is read here."""
+    response = httpx.post(url + path, json={**body, "stream": False}, timeout=300)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+# -- answers: what clients get ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("model", [SMALL, QWEN], ids=["lookup", "draft-model"])
+def test_greedy_answers_equal_upstream_for_ollama_python(proxied, server_url, model):
+    through, direct = ollama.Client(host=proxied), ollama.Client(host=server_url)
+    drafted = 0
+    for prompt in PROMPTS if model == SMALL else PROMPTS[:1]:
+        mine = through.generate(model=model, prompt=prompt, options=GREEDY)
+        theirs = direct.generate(model=model, prompt=prompt, options=GREEDY)
+        assert mine.response == theirs.response, prompt
+        assert (mine.done, mine.done_reason, mine.eval_count) == (True, theirs.done_reason, theirs.eval_count)
+        assert mine.prompt_eval_count == theirs.prompt_eval_count
+        assert mine.total_duration > 0 and mine.eval_duration > 0
+        raw = raw_answer(proxied, "/api/generate", {"model": model, "prompt": prompt, "options": GREEDY})
+        assert raw["response"] == theirs.response
+        drafted += raw["speculative"]["draft_tokens"]
+        assert raw["speculative"]["drafter"] == ("lookup" if model == SMALL else SMALL)
+
+        messages = [{"role": "user", "content": prompt}]
+        streamed = list(through.chat(model=model, messages=messages, options=GREEDY, stream=True))
+        whole = direct.chat(model=model, messages=messages, options=GREEDY)
+        assert "".join(part.message.content for part in streamed) == whole.message.content
+        assert [part.done for part in streamed].count(True) == 1 and streamed[-1].done
+        assert streamed[-1].message.role == "assistant" and streamed[-1].eval_count == whole.eval_count
+    # Lookup drafts in these prompts from the first round; whether the cross-tokenizer draft model
+    # drafts is the controller's call (on this CPU it finds that it does not pay).
+    assert drafted > 0 or model != SMALL
+
+
+async def test_async_client_and_concurrent_answers(proxied, server_url):
+    # PROMPTS[1] is left out: answered concurrently, its context loses the model's own split of
+    # " apex" (" a" "pe" "x") to the canonical one, and greedy text parts from the standard answer
+    # (a known limit of the embedded server's single-sequence cache; README "Known limits").
+    prompts = [PROMPTS[0], PROMPTS[2]]
+    through, direct = ollama.AsyncClient(host=proxied), ollama.AsyncClient(host=server_url)
+    mine = await asyncio.gather(*(through.generate(model=SMALL, prompt=p, options=GREEDY) for p in prompts))
+    theirs = [await direct.generate(model=SMALL, prompt=p, options=GREEDY) for p in prompts]
+    assert [m.response for m in mine] == [t.response for t in theirs]
+    parts = [part async for part in await through.generate(model=SMALL, prompt=PROMPTS[0], options=GREEDY,
+                                                           stream=True)]
+    assert "".join(p.response for p in parts) == theirs[0].response
+
+
+def test_langchain_chat_ollama(proxied, server_url):
+    from langchain_ollama import ChatOllama
+
+    question = PROMPTS[1]
+    mine = ChatOllama(model=SMALL, base_url=proxied, temperature=0, num_predict=40).invoke(question)
+    theirs = ChatOllama(model=SMALL, base_url=server_url, temperature=0, num_predict=40).invoke(question)
+    assert mine.content == theirs.content and mine.content
+    streamed = "".join(chunk.content for chunk in
+                       ChatOllama(model=SMALL, base_url=proxied, temperature=0, num_predict=40).stream(question))
+    assert streamed == theirs.content
+
+
+def test_sampled_answers_speculate_and_seeded_ones_go_upstream(proxied, server_url):
+    """temperature > 0: sample-match keeps the target's distribution (tested in test_speculative). A
+    seeded sampled answer must repeat, which only upstream's standard generation guarantees."""
+    sampled = raw_answer(proxied, "/api/generate", {"model": SMALL, "prompt": PROMPTS[0],
+                                                    "options": {"temperature": 0.8, "num_predict": 24}})
+    assert sampled["response"] and sampled["speculative"]["method"] == "sample-match"
+    seeded = {"temperature": 0.8, "seed": 7, "num_predict": 24}
+    first = ollama.Client(host=proxied).generate(model=SMALL, prompt=PROMPTS[0], options=seeded)
+    again = raw_answer(proxied, "/api/generate", {"model": SMALL, "prompt": PROMPTS[0], "options": seeded})
+    upstream = ollama.Client(host=server_url).generate(model=SMALL, prompt=PROMPTS[0], options=seeded)
+    assert first.response == again["response"] == upstream.response
+    assert "speculative" not in again
+
+
+# -- forwarded: upstream's bytes and status ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("method, path, body", [
+    ("GET", "/api/tags", None), ("GET", "/api/version", None), ("GET", "/api/ps", None),
+    ("POST", "/api/show", {"model": SMALL}), ("POST", "/api/show", {"model": "nosuch:1b"}),
+    ("GET", "/nosuch/path", None), ("POST", "/api/generate", {"model": "nosuch:1b", "prompt": "hi"}),
+    ("POST", "/api/generate", {"model": SMALL, "prompt": "hi", "stream": False, "options": GREEDY,
+                               "format": "json"}),
+    ("POST", "/api/generate", {"model": SMALL, "prompt": "hi", "stream": False,
+                               "options": {**GREEDY, "repeat_penalty": 1.3}}),
+])
+def test_forwarded_requests_return_upstream_bytes_and_status(proxied, server_url, method, path, body):
+    mine = httpx.request(method, proxied + path, json=body, timeout=120)
+    theirs = httpx.request(method, server_url + path, json=body, timeout=120)
+    assert mine.status_code == theirs.status_code
+    if "created_at" in theirs.text:  # a generated answer carries its own time stamp
+        strip = lambda r: {k: v for k, v in r.json().items() if not k.endswith(("_at", "duration"))}  # noqa: E731
+        assert strip(mine) == strip(theirs)
+    else:
+        assert mine.content == theirs.content
+
+
+def test_metrics_add_up_to_the_answers_and_name_forward_reasons(server_url):
+    with proxy(server_url, "--pair", f"{SMALL}=lookup") as url:
+        client = ollama.Client(host=url)
+        answers = [raw_answer(url, "/api/generate", {"model": SMALL, "prompt": p, "options": GREEDY}) for p in PROMPTS]
+        answers.append(raw_answer(url, "/api/chat", {"model": SMALL, "options": GREEDY,
+                                                     "messages": [{"role": "user", "content": PROMPTS[2]}]}))
+        ollama.GenerateResponse.model_validate(answers[0])  # the client's own type reads it
+        client.generate(model=SMALL, prompt="hi", format="json", options=GREEDY)  # forwarded: format
+        client.list()  # forwarded: another endpoint
+        text = httpx.get(f"{url}/metrics").text
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            samples[name] = float(value)
+    labels = f'{{drafter="lookup",target="{SMALL}"}}'
+    stats = [a["speculative"] for a in answers]
+    assert samples[f"spec_decode_num_draft_tokens_total{labels}"] == sum(s["draft_tokens"] for s in stats) > 0
+    assert samples[f"spec_decode_num_accepted_tokens_total{labels}"] == sum(s["accepted_tokens"] for s in stats)
+    assert samples[f"spec_decode_num_drafts_total{labels}"] == sum(s["drafts"] for s in stats)
+    assert samples[f"spec_proxy_output_tokens_total{labels}"] == sum(a["eval_count"] for a in answers)
+    assert samples['spec_proxy_forwarded_total{endpoint="/api/generate",reason="format"}'] == 1
+    assert samples['spec_proxy_forwarded_total{endpoint="/api/tags",reason="endpoint"}'] == 1
+    accepted_by_position = sum(v for k, v in samples.items()
+                               if k.startswith("spec_decode_num_accepted_tokens_per_pos_total"))
+    assert accepted_by_position == sum(s["accepted_tokens"] for s in stats)
+
+
+# -- lifecycle and safety --------------------------------------------------------------------------
+
+
+def test_client_that_disconnects_leaves_no_work_upstream(tmp_path):
+    """Upstream serialises requests (`serve --no-batch`): a request straight to it after the client
+    left can only be answered at once if the abandoned answer stopped there too."""
+    upstream = EmbeddedServer(batch=False, log_path=tmp_path / "upstream.log")
+    upstream.start()
+    try:
+        ollama.Client(host=upstream.url).generate(model=SMALL, prompt="hi", options={"num_predict": 1})  # loaded
+        with proxy(upstream.url, "--pair", f"{SMALL}=lookup") as url:
+            body = {"model": SMALL, "prompt": "Count from 1 to 5000, one number per line.",
+                    "options": {"temperature": 0, "num_predict": 4000}}
+            with httpx.stream("POST", f"{url}/api/generate", json=body, timeout=60) as response:
+                for _ in zip(range(3), response.iter_lines()):
+                    pass  # three chunks of a long answer, then the client goes away
+            time.sleep(0.5)
+            started = time.monotonic()
+            ollama.Client(host=upstream.url).generate(model=SMALL, prompt="hi", options={"num_predict": 1})
+            waited = time.monotonic() - started
+        # 4000 tokens take well over a minute here; a stopped answer frees upstream within a step or two.
+        assert waited < 10, f"upstream was still busy {waited:.1f} s after the client left"
+    finally:
+        upstream.stop()
+
+
+def test_serialising_upstream_still_gives_correct_answers(tmp_path):
+    upstream = EmbeddedServer(batch=False, log_path=tmp_path / "upstream.log")
+    upstream.start()
+    try:
+        with proxy(upstream.url, "--pair", f"{SMALL}=lookup") as url:
+            through, direct = ollama.Client(host=url), ollama.Client(host=upstream.url)
+            for prompt in PROMPTS:
+                assert through.generate(model=SMALL, prompt=prompt, options=GREEDY).response == \
+                    direct.generate(model=SMALL, prompt=prompt, options=GREEDY).response
+    finally:
+        upstream.stop()
+
+
+def test_non_loopback_bind_needs_a_key_and_the_key_is_checked(server_url):
+    refused = subprocess.run([sys.executable, "cli.py", "proxy", "--upstream", server_url, "--host", "0.0.0.0"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60,
+                             env={k: v for k, v in os.environ.items() if k != "SPEC_API_KEY"})
+    assert refused.returncode == 2 and "SPEC_API_KEY" in refused.stderr
+    with proxy(server_url, "--pair", f"{SMALL}=lookup", env={"SPEC_API_KEY": "s3cret"}) as url:
+        assert httpx.get(f"{url}/api/tags").status_code == 401
+        assert "error" in httpx.get(f"{url}/api/tags").json()
+        keyed = ollama.Client(host=url, headers={"Authorization": "Bearer s3cret"})
+        assert keyed.generate(model=SMALL, prompt=PROMPTS[0], options=GREEDY).response
+        assert [m.model for m in keyed.list().models]
+
+
+def test_cors_allows_local_origins_like_ollama(proxied):
+    local = httpx.options(f"{proxied}/api/chat", headers={"Origin": "http://localhost:3000",
+                                                          "Access-Control-Request-Method": "POST"})
+    assert local.headers.get("access-control-allow-origin") == "http://localhost:3000"
+    foreign = httpx.options(f"{proxied}/api/chat", headers={"Origin": "https://evil.example",
+                                                            "Access-Control-Request-Method": "POST"})
+    assert "access-control-allow-origin" not in foreign.headers
+
+
+def test_recent_requests_for_the_app(proxied):
+    ollama.Client(host=proxied).generate(model=SMALL, prompt=PROMPTS[0], options=GREEDY)
+    recent = httpx.get(f"{proxied}/api/proxy/recent").json()
+    assert recent["pairs"][SMALL] == "lookup"
+    latest = next(r for r in recent["requests"] if r["mode"] == "speculative")
+    assert latest["model"] == SMALL and latest["output_tokens"] > 0
+    assert json.dumps(recent)  # plain JSON for the page
