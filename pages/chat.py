@@ -1,38 +1,65 @@
-"""Chat: answers stream as the target accepts them; every answer keeps its stats and is saved."""
+"""Chat: answers stream as the target accepts them; every answer keeps its stats and is saved.
+
+A question is saved and the page reruns; that run streams the answer with a Stop button and the chat
+input disabled (nothing typed meanwhile is lost), saves it, stopped or not, and reruns again. Stop (or
+any other widget) starts a new run while the streaming one is being stopped: the new run waits until
+the stopped one has saved the partial answer, then shows it from the store.
+"""
 
 import streamlit as st
 
-from utils.app.answer_view import show_message, stream_answer
+from utils.app.answer_view import Answer, Streaming, show_message, stream_answer
 from utils.app.conversations import baseline_controls, chat_history, conversation_controls
 from utils.app.runtime import require_server, store
 from utils.app.speed import remember_baseline
 
 settings, server, choices = require_server()
 conversations = store(settings)
+streaming: Streaming | None = st.session_state.get("streaming")  # an answer asked for, or being generated
+if streaming is not None and streaming.started:  # a run streams it, and this run interrupted that one
+    streaming.wait()  # until it has saved what it had (an interrupted script cannot change session state)
+    streaming = st.session_state.streaming = None
 
 st.title("Chat")
 conversation_id = conversation_controls(conversations)
+if streaming is not None and streaming.conversation_id != conversation_id:
+    streaming = st.session_state.streaming = None  # that conversation is gone: nothing to answer
 highlight = st.sidebar.toggle("Highlight accepted draft tokens", value=True, key="highlight")
 baseline = baseline_controls(settings, server.url, choices.target)
 
 messages = conversations.messages(conversation_id) if conversation_id else []
 last_answer = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
 for index, message in enumerate(messages):
-    show_message(message, highlight, charts=index == last_answer)
+    show_message(message, highlight, charts=index == last_answer and streaming is None)
 
-if prompt := st.chat_input("Ask the target model something"):
+# Disabled while an answer streams: a question cannot be typed, so none is lost (Stop ends the answer).
+if prompt := st.chat_input("Ask the target model something", key="prompt", disabled=streaming is not None):
     if conversation_id is None:
         conversation_id = st.session_state.conversation_id = conversations.create(prompt)
     elif not messages:
         conversations.rename(conversation_id, prompt)  # a new conversation is named by its first question
     conversations.add_message(conversation_id, "user", prompt)
-    with st.chat_message("user"):
-        st.markdown(prompt)
-    request = choices.request(chat_history(messages) + [{"role": "user", "content": prompt}])
-    with st.chat_message("assistant"):
-        answer = stream_answer(settings, server.url, choices, request, highlight=highlight, baseline=baseline)
-    conversations.add_message(conversation_id, "assistant", answer.text, pieces=answer.pieces, stats=answer.stats,
-                              note=answer.note, baseline=baseline if choices.speculative else None)
+    st.session_state.streaming = Streaming(conversation_id)
+    st.rerun()  # the next run streams the answer, with the input disabled
+
+if streaming is not None:
+    streaming.started = True
+    answer = Answer()
+    try:
+        with st.chat_message("assistant"):
+            st.button("Stop", icon=":material/stop:", key="stop", help="stop the answer here; what it said is kept")
+            request = choices.request(chat_history(messages))
+            stream_answer(settings, server.url, choices, request, highlight=highlight, baseline=baseline,
+                          answer=answer)
+    except BaseException:  # Stop, or any rerun (a setting, another page) while it streamed
+        answer.stop()
+        raise
+    finally:  # no Streamlit call in here: after Stop it would raise again
+        conversations.add_message(conversation_id, "assistant", answer.text, pieces=answer.pieces,
+                                  stats=answer.stats, note=answer.note, stopped=answer.stopped,
+                                  baseline=baseline if choices.speculative else None)
+        streaming.saved.set()
+    st.session_state.streaming = None
     if answer.stats:
         remember_baseline(conversations, server.url, answer.stats, "last standard answer in Chat")
     st.rerun()  # redraw from the store: the saved answer, its stats and charts

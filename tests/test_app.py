@@ -400,3 +400,20 @@ def test_advisor_never_recommends_a_draft_that_drafted_nothing():
                        mean_acceptance_length=3.0, identical=True)
     advice = honest_advice(Advice(SMALL, standard, [idle, fast], recommended="lookup", reason="lookup: 21.0 tokens/s"))
     assert advice.recommended == "qwen2.5-coder:0.5b" and "×1.50" in advice.reason
+
+
+def test_a_stopped_answer_keeps_its_text_and_the_rounds_so_far():
+    from utils.app.answer_view import Answer
+    from utils.engine.stats import AnswerStats, RoundRecord
+
+    live = AnswerStats(mode="speculative", target=SMALL, drafter="lookup")
+    live.observe_round(RoundRecord(k=4, drafted=4, accepted=3, emitted=4, seconds=0.2, at_seconds=0.5))
+    answer = Answer(text="The quick", pieces=[["The quick", "draft"]], live=live, live_at=0.5)
+    answer.stop()
+    assert answer.stopped and answer.text == "The quick"
+    assert answer.stats["done_reason"] == "stopped" and answer.stats["tokens_per_second"] == pytest.approx(8.0)
+    assert answer.note == "Stopped after 4 tokens: the partial answer is kept."
+
+    nothing = Answer()
+    nothing.stop()
+    assert nothing.stopped and nothing.stats is None and nothing.note == "Stopped early: no text had been generated."

@@ -143,3 +143,32 @@ def test_stats_summary():
     assert stats_summary({"mode": "standard", "output_tokens": 3, "tokens_per_second": 1.0}) == (
         "standard: 3 tokens, 1.0 tokens/s"
     )
+
+
+def test_a_stopped_answer_is_kept_and_marked(store):
+    conversation = store.create("stopped")
+    store.add_message(conversation, "user", "Count to 100")
+    store.add_message(conversation, "assistant", "1, 2, 3", pieces=[["1, 2, 3", "standard"]],
+                      note="Stopped after 5 tokens: the partial answer is kept.", stopped=True)
+    store.add_message(conversation, "assistant", "done")
+    assert [m["stopped"] for m in store.messages(conversation)] == [False, True, False]
+    assert store.messages(conversation)[1]["content"] == "1, 2, 3"
+
+
+def test_a_database_from_before_stopping_gains_the_column(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:  # the messages table as it was before answers could be stopped
+        db.executescript("""
+            CREATE TABLE conversations (id INTEGER PRIMARY KEY AUTOINCREMENT, title TEXT NOT NULL,
+                created_at TEXT NOT NULL, updated_at TEXT NOT NULL);
+            CREATE TABLE messages (id INTEGER PRIMARY KEY AUTOINCREMENT, conversation_id INTEGER NOT NULL,
+                role TEXT NOT NULL, content TEXT NOT NULL, pieces TEXT, stats TEXT, note TEXT, baseline TEXT,
+                created_at TEXT NOT NULL);
+            INSERT INTO conversations VALUES (1, 'old', '2026-01-01', '2026-01-01');
+            INSERT INTO messages (conversation_id, role, content, created_at) VALUES (1, 'user', 'hi', '2026-01-01');
+        """)
+    db.close()
+    store = ConversationStore(path)
+    assert [m["stopped"] for m in store.messages(1)] == [False]
+    store.add_message(1, "assistant", "partial", stopped=True)
+    assert store.messages(1)[-1]["stopped"] is True

@@ -33,6 +33,7 @@ MAX_TOKENS = 40
 STANDARD_PROMPT = "Name three colours of the rainbow."
 SPECULATIVE_PROMPT = "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog."
 COMPARE_PROMPT = "Repeat this sentence exactly: Speculative decoding drafts tokens and the target verifies them."
+LONG_PROMPT = "Count from 1 to 300, one number per line."
 LOOKUP_OPTION = "lookup — prompt lookup, no model"
 # The accepted draft tokens' HTML (utils/app/answer_view.py): a span on DRAFT_COLOUR.
 DRAFT_SPAN = 'span[style*="rgba(46, 160, 67, 0.28)"]'
@@ -300,3 +301,37 @@ def test_compare_runs_standard_and_speculative_side_by_side(page: Page, app_url:
     expect(columns.nth(0).locator(DRAFT_SPAN)).to_have_count(0)
     expect(metrics.last).to_contain_text("Speed-up")
     screenshot(page, "compare.png")
+
+
+def test_stop_keeps_the_partial_answer_and_the_input_waits(page: Page, app_url: str):
+    open_app(page, app_url)
+    set_number(page, "Max tokens", 400)
+    set_switch(page, "Speculative decoding", False)
+    answers_before = assistant_messages(page).count()
+    page.evaluate(WATCH_STREAM)
+    box = page.get_by_test_id("stChatInput").locator("textarea")
+    box.fill(LONG_PROMPT)
+    box.press("Enter")
+
+    # While it streams: a Stop button, and an input that takes nothing (so nothing typed is lost).
+    # The answer's own Stop (not the header's); while a run is drawn Streamlit may keep a hidden copy.
+    stop = page.get_by_test_id("stChatMessage").filter(visible=True).get_by_role("button", name="Stop")
+    expect(stop).to_be_visible(timeout=ANSWER_TIMEOUT)
+    page.wait_for_function("window.__stream.partials >= 3", timeout=ANSWER_TIMEOUT)
+    expect(box).to_be_disabled()
+    stop.click()
+
+    # Stopped: the partial answer stays, marked, and the input is back.
+    stopped = assistant_messages(page).last
+    expect(stopped).to_contain_text(re.compile(r"Stopped (after \d+ tokens|early): the partial answer is kept\."),
+                                    timeout=RERUN_TIMEOUT)
+    page.wait_for_function(f"{SCRIPT_STATE} === 'notRunning'", timeout=RERUN_TIMEOUT)
+    expect(assistant_messages(page)).to_have_count(answers_before + 1)
+    partial = stopped.get_by_test_id("stChatMessageContent").inner_text()
+    assert "1" in partial and "▌" not in partial
+    expect(stop).to_have_count(0)
+    expect(box).to_be_enabled()
+
+    # It was saved so: a reload shows it again.
+    rerun_after(page, page.reload, timeout=ANSWER_TIMEOUT)
+    expect(assistant_messages(page).last).to_contain_text("the partial answer is kept")

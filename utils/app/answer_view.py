@@ -4,6 +4,7 @@ charts), and drawn again from the store with their stats."""
 from __future__ import annotations
 
 import html
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import closing
@@ -28,16 +29,47 @@ DRAFT_COLOUR = "rgba(46, 160, 67, 0.28)"  # the background of accepted draft tok
 
 
 @dataclass
+class Streaming:
+    """An answer asked for in a conversation. `started` once a script run generates it; `saved` is set
+    when that run has saved it, finished or stopped."""
+
+    conversation_id: int
+    started: bool = False
+    saved: threading.Event = field(default_factory=threading.Event)
+
+    SAVE_WAIT_SECONDS = 30.0
+
+    def wait(self) -> bool:
+        """Wait for the run that generates this answer to save it; False if it did not in time."""
+        return self.saved.wait(self.SAVE_WAIT_SECONDS)
+
+
+@dataclass
 class Answer:
     text: str = ""
     pieces: list[list[str]] = field(default_factory=list)
     stats: dict[str, Any] | None = None
     note: str | None = None  # why it stopped early, or why it has no text at all
     fallbacks: list[str] = field(default_factory=list)
+    stopped: bool = False  # interrupted before the end (Stop, or the page rerun while it streamed)
+    live: Any = field(default=None, repr=False)  # the engine's live AnswerStats, and the time of its last round
+    live_at: float = 0.0
 
     @property
     def failed(self) -> bool:
         return self.stats is None
+
+    def stop(self) -> None:
+        """Mark the answer interrupted, keeping its text and the statistics of the rounds so far."""
+        if self.stopped or self.stats is not None:
+            return
+        self.stopped = True
+        if self.live is not None:
+            self.stats = self.live.snapshot(self.live_at).model_dump()
+            self.stats["done_reason"] = "stopped"
+        tokens = f"after {self.stats['output_tokens']} tokens" if self.stats else "early"
+        kept = "the partial answer is kept" if self.text else "no text had been generated"
+        self.note = f"Stopped {tokens}: {kept}."
 
 
 async def answer_events(settings: Settings, url: str, target: str, drafter: str,
@@ -70,10 +102,13 @@ def show_text(slot, text: str, pieces: list[list[str]] | None, highlight: bool, 
 
 def stream_answer(settings: Settings, url: str, choices: Choices, request: GenerationRequest, *,
                   highlight: bool = False, baseline: dict[str, Any] | None = None, charts: bool = True,
-                  drafter: str | None = None) -> Answer:
-    """Run one answer, drawing it in the current container as it is accepted, with live charts."""
+                  drafter: str | None = None, answer: Answer | None = None) -> Answer:
+    """Run one answer, drawing it in the current container as it is accepted, with live charts.
+
+    Pass `answer` to keep what was generated if the script is interrupted (Stop, a rerun): Streamlit
+    raises inside the script then, and `answer` is left marked stopped with the text so far."""
     drafter = choices.drafter if drafter is None else drafter
-    answer = Answer()
+    answer = Answer() if answer is None else answer
     text_slot, notices, chart_slot = st.empty(), st.container(), st.empty()
     drawn_at = 0.0
     show_text(text_slot, "", [], highlight, cursor=True)
@@ -87,6 +122,7 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
                     answer.text += event.text
                     show_text(text_slot, answer.text, answer.pieces, highlight, cursor=True)
                 elif isinstance(event, RoundEvent):
+                    answer.live, answer.live_at = event.stats, event.record.at_seconds
                     if charts and time.monotonic() - drawn_at > CHART_REFRESH_SECONDS:
                         live = event.stats.snapshot(event.record.at_seconds)
                         chart_slot.plotly_chart(answer_figure(live.model_dump(), baseline), key=chart_key())
@@ -102,6 +138,9 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
         answer.note = f"The answer stopped early: {explain(error, settings)} ({kept})"
     except (ServerError, HostError) as error:
         answer.note = explain(error, settings)
+    except BaseException:  # Streamlit stopping or rerunning the script: keep what was generated
+        answer.stop()
+        raise
     show_text(text_slot, answer.text, answer.pieces, highlight)
     if answer.stats and answer.stats["done_reason"] == "length":
         hit_limit = 0 < request.max_tokens <= answer.stats["output_tokens"]

@@ -56,6 +56,8 @@ def _why_little_drafted(stats: dict[str, Any]) -> str:
 
 def speedup_text(stats: dict[str, Any], baseline: dict[str, Any] | None) -> str:
     if stats.get("mode") == "standard":
+        if stats.get("done_reason") == "stopped":
+            return "standard answer, stopped (not used as the baseline)"
         return "standard answer (used as the baseline)"
     if reason := no_speedup_reason(stats):
         return f"no speed-up shown: {reason}"
@@ -75,8 +77,9 @@ def speedup_so_far(stats: dict[str, Any], baseline: dict[str, Any] | None, rate:
 
 
 def remember_baseline(conversations: ConversationStore, url: str, stats: dict[str, Any], how: str) -> None:
-    """A finished standard answer is the newest baseline for its server and target."""
-    if stats.get("mode") == "standard" and stats.get("output_tokens", 0) > 1 and stats.get("tokens_per_second"):
+    """A finished standard answer (not a stopped one) is the newest baseline for its server and target."""
+    finished = stats.get("done_reason") != "stopped"
+    if finished and stats.get("mode") == "standard" and stats.get("output_tokens", 0) > 1 and stats.get("tokens_per_second"):
         what = f"{how}, {stats['output_tokens']} tokens"
         conversations.set_baseline(url, stats["target"], stats["tokens_per_second"], what)
 

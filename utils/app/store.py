@@ -31,6 +31,7 @@ CREATE TABLE IF NOT EXISTS messages (
     stats TEXT,           -- JSON of utils.stats.AnswerStats
     note TEXT,            -- e.g. why an answer stopped early
     baseline TEXT,        -- JSON of the standard baseline its speed-up was measured against
+    stopped INTEGER NOT NULL DEFAULT 0,  -- 1: interrupted while streaming; the partial answer is kept
     created_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
@@ -57,6 +58,9 @@ class ConversationStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.executescript(SCHEMA)
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(messages)")}
+            if "stopped" not in columns:  # a database from before answers could be stopped
+                db.execute("ALTER TABLE messages ADD COLUMN stopped INTEGER NOT NULL DEFAULT 0")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -101,13 +105,14 @@ class ConversationStore:
 
     def add_message(self, conversation_id: int, role: str, content: str, *, pieces: list | None = None,
                     stats: dict[str, Any] | None = None, note: str | None = None,
-                    baseline: dict[str, Any] | None = None) -> int:
+                    baseline: dict[str, Any] | None = None, stopped: bool = False) -> int:
         stamp = now()
         with self._connect() as db:
             cursor = db.execute(
-                "INSERT INTO messages (conversation_id, role, content, pieces, stats, note, baseline, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, content, _dump(pieces), _dump(stats), note, _dump(baseline), stamp),
+                "INSERT INTO messages (conversation_id, role, content, pieces, stats, note, baseline, stopped,"
+                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, content, _dump(pieces), _dump(stats), note, _dump(baseline), int(stopped),
+                 stamp),
             )
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (stamp, conversation_id))
             return int(cursor.lastrowid)
@@ -119,7 +124,7 @@ class ConversationStore:
             ).fetchall()
         return [
             {**dict(row), "pieces": _load(row["pieces"]), "stats": _load(row["stats"]),
-             "baseline": _load(row["baseline"])}
+             "baseline": _load(row["baseline"]), "stopped": bool(row["stopped"])}
             for row in rows
         ]
 
