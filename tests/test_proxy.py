@@ -258,3 +258,46 @@ def test_recent_requests_for_the_app(proxied):
     latest = next(r for r in recent["requests"] if r["mode"] == "speculative")
     assert latest["model"] == SMALL and latest["output_tokens"] > 0
     assert json.dumps(recent)  # plain JSON for the page
+
+
+# -- the OpenAI API: what the OpenAI SDK (Open WebUI, Continue, Aider, LibreChat) sends --------------
+
+
+def test_openai_sdk_chat_and_completions_are_speculated(proxied, server_url):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=f"{proxied}/v1", api_key="unused")
+    question = [{"role": "user", "content": PROMPTS[0]}]
+    direct = ollama.Client(host=server_url)
+    expected = direct.chat(model=SMALL, messages=question, options={"temperature": 0, "top_p": 1.0,
+                                                                    "num_predict": 40}).message.content
+    whole = client.chat.completions.create(model=SMALL, messages=question, temperature=0, max_tokens=40)
+    assert whole.choices[0].message.content == expected and whole.choices[0].message.role == "assistant"
+    assert whole.choices[0].finish_reason in ("stop", "length") and whole.object == "chat.completion"
+    assert whole.usage.completion_tokens > 0 and whole.usage.prompt_tokens > 0
+    assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+    chunks = list(client.chat.completions.create(model=SMALL, messages=question, temperature=0, max_tokens=40,
+                                                 stream=True, stream_options={"include_usage": True}))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == expected
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens and not chunks[-1].choices
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] in ("stop", "length")
+
+    prompt_expected = direct.generate(model=SMALL, prompt=PROMPTS[2], options={"temperature": 0, "top_p": 1.0,
+                                                                               "num_predict": 30}).response
+    completion = client.completions.create(model=SMALL, prompt=PROMPTS[2], temperature=0, max_tokens=30)
+    assert completion.choices[0].text == prompt_expected
+    streamed = "".join(c.choices[0].text for c in client.completions.create(
+        model=SMALL, prompt=PROMPTS[2], temperature=0, max_tokens=30, stream=True))
+    assert streamed == prompt_expected
+    metrics = httpx.get(f"{proxied}/metrics").text
+    assert 'spec_proxy_requests_total{endpoint="/v1/chat/completions",mode="speculative"} 2' in metrics
+    assert 'spec_proxy_requests_total{endpoint="/v1/completions",mode="speculative"} 2' in metrics
+
+
+def test_openai_requests_speculation_cannot_serve_go_upstream_unchanged(proxied, server_url):
+    body = {"model": SMALL, "messages": [{"role": "user", "content": "hi"}],
+            "response_format": {"type": "json_object"}}
+    mine = httpx.post(f"{proxied}/v1/chat/completions", json=body, timeout=120)
+    theirs = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=120)
+    assert (mine.status_code, mine.content) == (theirs.status_code, theirs.content)
+    assert 'reason="format"' in httpx.get(f"{proxied}/metrics").text

@@ -53,17 +53,35 @@ async def events(decoder: SpeculativeDecoder, request: GenerationRequest) -> Asy
             yield event
 
 
-async def ndjson(model: str, chat: bool, stream: AsyncIterator[TextEvent | DoneEvent],
-                 on_done: Any) -> AsyncIterator[bytes]:
-    """Ollama's streamed answer; a failure after the first chunk ends it with an `{"error"}` line, as
-    Ollama does. `on_done(stats)` is called with the final statistics."""
+async def messages(model: str, chat: bool, stream: AsyncIterator[TextEvent | DoneEvent],
+                   on_done: Any) -> AsyncIterator[dict[str, Any]]:
+    """Ollama's answer messages, one per text event and a closing one; a failure after the first ends
+    it with an `{"error"}` message, as Ollama does. `on_done(stats)` gets the final statistics."""
     try:
         async for event in stream:
             if isinstance(event, TextEvent):
-                yield ndjson_line({"model": model, "created_at": now(), **_text_fields(event.text, chat),
-                                   "done": False})
+                yield {"model": model, "created_at": now(), **_text_fields(event.text, chat), "done": False}
             else:
                 on_done(event.stats)
-                yield ndjson_line(final_fields(model, event.stats, "", chat))
+                yield final_fields(model, event.stats, "", chat)
     except GenerationError as error:
-        yield ndjson_line({"error": error.message})
+        yield {"error": error.message}
+
+
+async def joined(answer: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    """A whole answer from its messages: (text, closing message); GenerationError if it failed."""
+    text, last = [], None
+    async for message in answer:
+        if "error" in message:
+            raise GenerationError(message["error"], "".join(text))
+        if message.get("done"):
+            last = message
+        else:
+            text.append(message["message"]["content"] if "message" in message else message["response"])
+    assert last is not None, "an answer ends with a closing message"
+    return "".join(text), last
+
+
+async def ndjson(answer: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    async for message in answer:
+        yield ndjson_line(message)

@@ -21,6 +21,7 @@ from fastapi import FastAPI, Request
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
+from utils.api import openai
 from utils.api.http import MAX_BODY_BYTES, NDJSON, json_response
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.config import EngineConfig
@@ -126,14 +127,14 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
             return await forward(request, upstream_http, body_bytes, drop)
         return await _speculate(request, decision, chat, endpoint)
 
-    async def _speculate(request: Request, job: Speculation, chat: bool, endpoint: str) -> Response:
+    async def _answer(request: Request, job: Speculation, chat: bool, endpoint: str):
+        """The answer's Ollama messages, started: a failure before any text is an error Response."""
         try:
             decoder = await drafters.decoder(job.model, job.config)
             stream = answers.events(decoder, job.request)
             first = await anext(stream)  # a failure before any text gets a status, as Ollama's would
         except (ServerError, GenerationError) as error:
-            status = getattr(error, "status", None) or 500
-            return json_response({"error": error.message}, status)
+            return json_response({"error": error.message}, getattr(error, "status", None) or 500)
         client = client_of(request)
 
         async def replay():
@@ -143,13 +144,23 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
 
         def done(stats) -> None:
             metrics.observe_answer(client, endpoint, stats)
-            if job.keep_alive is not None:  # the model's residency is upstream's: tell it, as Ollama would apply it
+            if job.keep_alive is not None:  # the model's residency is upstream's: pass the request on
                 asyncio.get_running_loop().create_task(_keep_alive(job.model, job.keep_alive))
 
-        lines = answers.ndjson(job.model, chat, replay(), done)
+        return answers.messages(job.model, chat, replay(), done)
+
+    async def _speculate(request: Request, job: Speculation, chat: bool, endpoint: str) -> Response:
+        answer = await _answer(request, job, chat, endpoint)
+        if isinstance(answer, Response):
+            return answer
         if job.stream:
-            return StreamingResponse(lines, media_type=NDJSON)
-        return await _whole(request, lines)
+            return StreamingResponse(answers.ndjson(answer), media_type=NDJSON)
+        whole = await _whole(request, answer)
+        if isinstance(whole, Response):
+            return whole
+        text, last = whole
+        last["message" if chat else "response"] = {"role": "assistant", "content": text} if chat else text
+        return json_response(last)
 
     async def _keep_alive(model: str, keep_alive: Any) -> None:
         try:
@@ -157,32 +168,57 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
         except httpx.HTTPError:
             pass  # residency is advice to upstream; the answer is already complete
 
-    async def _whole(request: Request, lines) -> Response:
-        """A non-streamed answer: the chunks joined into one object, as Ollama answers with stream false.
-        A client that goes away stops the work (its generator is closed)."""
-        text, last = [], None
+    async def _whole(request: Request, answer) -> tuple[str, dict[str, Any]] | Response:
+        """A non-streamed answer, joined. A client that goes away stops the work (the answer's
+        generators are closed, which closes their upstream requests)."""
+        work = asyncio.get_running_loop().create_task(answers.joined(answer))
         watcher = asyncio.get_running_loop().create_task(_closed(request))
         try:
-            async for line in lines:
-                if watcher.done():
-                    break
-                message = json.loads(line)
-                if "error" in message:
-                    return json_response(message, 500)
-                if message.get("done"):
-                    last = message
-                else:
-                    text.append(message["message"]["content"] if "message" in message else message["response"])
+            await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             watcher.cancel()
-            await lines.aclose()
-        if last is None:
+        if not work.done():
+            work.cancel()  # the cancellation closes the answer's generators, and their upstream requests
+            await asyncio.gather(work, return_exceptions=True)
             return Response(status_code=499)
-        if "message" in last:
-            last["message"]["content"] = "".join(text)
-        else:
-            last["response"] = "".join(text)
-        return json_response(last)
+        try:
+            return work.result()
+        except GenerationError as error:
+            return json_response({"error": error.message}, 500)
+
+    async def _openai(request: Request, chat: bool) -> Response:
+        endpoint = request.url.path
+        body_bytes = await request.body()
+        try:
+            body = json.loads(body_bytes)
+            translated = openai.chat_body(body) if chat else openai.completion_body(body)
+        except (ValueError, openai.OpenAIError) as error:  # upstream's own layer answers these its way
+            metrics.observe_forward(client_of(request), endpoint, "", "invalid", str(error))
+            return await forward(request, upstream_http, body_bytes, drop)
+        decision = plan(translated, chat, config.pairs, config.engine)
+        if isinstance(decision, Forward):
+            metrics.observe_forward(client_of(request), endpoint, translated["model"], decision.code, decision.reason)
+            return await forward(request, upstream_http, body_bytes, drop)
+        answer = await _answer(request, decision, chat, endpoint)
+        if isinstance(answer, Response):  # Ollama's {"error"} becomes OpenAI's error object
+            message = json.loads(answer.body).get("error", "")
+            return json_response(openai.error_body(message), answer.status_code)
+        reply = openai.Reply(decision.model, chat)
+        if decision.stream:
+            usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            return StreamingResponse(reply.sse(answer, usage), media_type="text/event-stream")
+        whole = await _whole(request, answer)
+        if isinstance(whole, Response):
+            return whole
+        return json_response(reply.whole(*whole))
+
+    @app.post("/v1/chat/completions")
+    async def openai_chat(request: Request) -> Response:
+        return await _openai(request, chat=True)
+
+    @app.post("/v1/completions")
+    async def openai_completions(request: Request) -> Response:
+        return await _openai(request, chat=False)
 
     @app.post("/api/generate")
     async def generate(request: Request) -> Response:
