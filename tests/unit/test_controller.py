@@ -142,3 +142,16 @@ def test_one_controller_per_key_for_the_life_of_the_process() -> None:
     assert controller_for(key, 8, None) is first
     assert controller_for(key, 8, 3) is not first
     assert controller_for(key, 4, None) is not first
+
+
+def test_a_draft_after_a_standard_segment_is_charged_its_catch_up_apart() -> None:
+    """After 64 standard tokens the draft model first reads them: that prefill is learned per unseen
+    token and not charged to drafting, so the probe is judged by what a run of rounds costs."""
+    controller = DraftLengthController(k_max=4)
+    controller.record_standard(17, 16 * 0.05)  # 50 ms a standard token
+    controller.record_round(4, 4, 4, draft_seconds=0.02, verify_seconds=0.06, unseen=2)  # 5 ms a draft token
+    assert controller.draft_seconds_per_token == pytest.approx(0.005)
+    controller.record_round(4, 4, 4, draft_seconds=0.02 + 64 * 0.002, verify_seconds=0.06, unseen=64)
+    assert controller.catch_up_seconds_per_token == pytest.approx(0.002)
+    assert controller.draft_seconds_per_token == pytest.approx(0.005)  # unchanged by the prefill
+    assert controller.probe_every == PROBE_EVERY  # 5 tokens in 80 ms beat 50 ms a token: it paid

@@ -30,6 +30,10 @@ class DraftLengthController:
     acceptance: list[float] = field(default_factory=list)  # P(position i accepted | i-1 accepted)
     verify_seconds: dict[int, float] = field(default_factory=dict)  # by K
     draft_seconds_per_token: float | None = None
+    # A draft model that has not seen the tokens generated since its last draft reads them first
+    # (prefill): charged per unseen token, apart from drafting, so that a probe after a long standard
+    # segment is judged by what a round costs in a run of rounds.
+    catch_up_seconds_per_token: float | None = None
     standard_seconds_per_token: float | None = None
     standard_streak: int = 0
     probe_every: int = PROBE_EVERY
@@ -81,8 +85,15 @@ class DraftLengthController:
 
     # -- learning ------------------------------------------------------------------------------
 
-    def record_round(self, k: int, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float) -> None:
+    def record_round(self, k: int, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float,
+                     unseen: int = 0) -> None:
+        """One round: `unseen` is how many tokens the drafter had not seen before drafting (in a run of
+        rounds, the previous round's emitted tokens; after a standard segment, the whole segment)."""
         self.standard_streak = 0
+        if drafted and unseen > drafted + 1 and self.draft_seconds_per_token is not None:
+            catch_up = max(draft_seconds - self.draft_seconds_per_token * drafted, 0.0)
+            self.catch_up_seconds_per_token = _blend(self.catch_up_seconds_per_token, catch_up / unseen)
+            draft_seconds -= catch_up  # what this draft would have cost in a run of rounds
         if self.standard_seconds_per_token is not None:
             # A probe costs more than a standard step (the draft reads the whole context first): when
             # one does not pay, wait twice as long for the next. An empty draft never pays: nothing

@@ -49,6 +49,7 @@ class _Answer:
     context_tokens: int = 0  # the target's token count for the prompt, as its last answer reported
     short_segment: bool = False  # the last round emitted nothing: generate a few tokens normally
     resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
+    drafter_saw: int | None = None  # output tokens in the drafter's last context (None: it saw nothing yet)
 
     @property
     def context(self) -> str:
@@ -170,6 +171,8 @@ class SpeculativeDecoder:
             options = self._draft_options(answer)
             draft = await asyncio.wait_for(drafter.propose(answer.context, k, options), self.config.draft_timeout)
             drafted_at = time.perf_counter()
+            seen = answer.drafter_saw if answer.drafter_saw is not None else -answer.stats.prompt_tokens
+            unseen, answer.drafter_saw = answer.output.tokens - seen, answer.output.tokens
             if not draft.pieces:  # nothing to verify: a short standard segment, then draft again
                 controller.record_round(k, 0, 0, drafted_at - round_started, 0.0)
                 answer.short_segment = True
@@ -182,7 +185,8 @@ class SpeculativeDecoder:
             return
         verified_at = time.perf_counter()
         drafter.update(draft, verdict.accepted)
-        controller.record_round(k, len(draft), verdict.accepted, drafted_at - round_started, verified_at - drafted_at)
+        controller.record_round(k, len(draft), verdict.accepted, drafted_at - round_started, verified_at - drafted_at,
+                                unseen)
         answer.context_tokens = verdict.prompt_tokens - answer.output.tokens
         answer.note_prompt_tokens(answer.context_tokens)
         before = answer.output.tokens
