@@ -9,7 +9,7 @@ the stopped one has saved the partial answer, then shows it from the store.
 import streamlit as st
 
 from utils.app.answer_view import Answer, Streaming, show_message, stream_answer
-from utils.app.conversations import baseline_controls, chat_history, conversation_controls
+from utils.app.conversations import baseline_controls, chat_history, conversation_list, conversation_tools
 from utils.app.runtime import require_server, store
 from utils.app.speed import remember_baseline
 
@@ -21,11 +21,13 @@ if streaming is not None and streaming.started:  # a run streams it, and this ru
     streaming = st.session_state.streaming = None
 
 st.title("Chat")
-conversation_id = conversation_controls(conversations)
-if streaming is not None and streaming.conversation_id != conversation_id:
-    streaming = st.session_state.streaming = None  # that conversation is gone: nothing to answer
 highlight = st.sidebar.toggle("Highlight accepted draft tokens", value=True, key="highlight")
 baseline = baseline_controls(settings, server.url, choices.target)
+conversation = conversation_list(conversations)
+conversation_id = conversation["id"] if conversation else None
+if streaming is not None and streaming.conversation_id != conversation_id:
+    streaming = st.session_state.streaming = None  # that conversation is gone: nothing to answer
+conversation_tools(conversations, conversation)
 
 messages = conversations.messages(conversation_id) if conversation_id else []
 last_answer = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
@@ -35,7 +37,8 @@ for index, message in enumerate(messages):
 # Disabled while an answer streams: a question cannot be typed, so none is lost (Stop ends the answer).
 if prompt := st.chat_input("Ask the target model something", key="prompt", disabled=streaming is not None):
     if conversation_id is None:
-        conversation_id = st.session_state.conversation_id = conversations.create(prompt)
+        conversation_id = st.session_state.conversation_id = conversations.create(prompt)  # saved only now
+        st.session_state.new_conversation = False
     elif not messages:
         conversations.rename(conversation_id, prompt)  # a new conversation is named by its first question
     conversations.add_message(conversation_id, "user", prompt)

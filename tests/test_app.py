@@ -157,11 +157,10 @@ def test_chat_standard_then_speculative_persists_across_reload(data_dir):
 
     # A reload is a new session: the conversation is listed and shown from the database.
     reloaded = open_app()
-    assert reloaded.selectbox[0].label == "Conversation"
-    assert REPEAT_PROMPT[:40] in reloaded.selectbox[0].format_func(reloaded.selectbox[0].value)
-    assert answer_texts(reloaded) == texts
     stored = ConversationStore(data_dir / "conversations.sqlite3")
     [conversation] = stored.conversations()
+    assert conversation_buttons(reloaded) == [(REPEAT_PROMPT, True)]
+    assert answer_texts(reloaded) == texts
     roles = [m["role"] for m in stored.messages(conversation["id"])]
     assert roles == ["user", "assistant", "user", "assistant"]
 
@@ -191,28 +190,64 @@ def test_chat_context_full_keeps_the_answer_with_a_note(data_dir, monkeypatch):
     assert answer["role"] == "assistant" and answer["note"] == note and answer["stats"] is None
 
 
-def test_chat_rename_delete_and_export(data_dir):
+def conversation_buttons(at: AppTest) -> list[tuple[str, bool]]:
+    """The conversations listed in the sidebar, top to bottom, and whether each is the open one."""
+    return [(b.label, b.proto.type == "primary") for b in at.sidebar.button if b.key and b.key.startswith("conversation-")]
+
+
+def test_chat_lists_conversations_opens_by_id_renames_deletes_after_asking_and_exports(data_dir):
     stored = ConversationStore(data_dir / "conversations.sqlite3")
-    first = stored.create("first")
+    first = stored.create("same title")
     stored.add_message(first, "user", "hello")
     stored.add_message(first, "assistant", "hi <there>", pieces=[["hi", "draft"], [" <there>", "bonus"]])
-    second = stored.create("second")  # the most recent: opened by default
+    second = stored.create("same title")  # the most recent: listed first and opened by default
+    stored.add_message(second, "user", "second question")
 
     at = open_app()
-    assert at.selectbox[0].value == second
-    at.selectbox[0].set_value(first).run()
-    assert answer_texts(at) == ['<div style="white-space: pre-wrap; line-height: 1.6"><span style="background-color: '
-                                'rgba(46, 160, 67, 0.28); border-radius: 2px">hi</span> &lt;there&gt;</div>']
+    assert conversation_buttons(at) == [("same title", True), ("same title", False)]  # two, told apart by id
+    assert [m.value for m in at.chat_message[0].markdown] == ["second question"]
+    at.sidebar.button(key=f"conversation-{first}").click().run()
+    assert conversation_buttons(at) == [("same title", False), ("same title", True)]
+    assert "hi" in answer_texts(at)[0] and "&lt;there&gt;" in answer_texts(at)[0]
     assert {b.label for b in at.get("download_button")} == {"Export as JSON", "Export as Markdown"}
 
     at.text_input(key=f"title-{first}").set_value("greetings")
     at.button(key="rename").click().run()
     assert stored.conversation(first)["title"] == "greetings"
+    assert ("greetings", True) in conversation_buttons(at)
+
+    # Delete asks first; Cancel keeps it.
+    at.button(key="delete").click().run()
+    assert "Delete “greetings” and its 2 messages? This cannot be undone." in [w.value for w in at.warning]
+    assert len(stored.conversations()) == 2
+    at.button(key="delete-cancel").click().run()
+    assert not at.warning and len(stored.conversations()) == 2
 
     at.button(key="delete").click().run()
+    at.button(key="delete-confirm").click().run()
     assert not at.exception, at.exception
     assert [c["id"] for c in stored.conversations()] == [second]
-    assert at.selectbox[0].value == second
+    assert conversation_buttons(at) == [("same title", True)]
+
+
+def test_chat_new_twice_then_a_question_makes_one_conversation(data_dir):
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    old = stored.create("old one")
+    stored.add_message(old, "user", "hello")
+
+    at = open_app()
+    short_answers(at, speculative=False)
+    at.sidebar.button(key="new").click().run()
+    assert conversation_buttons(at) == [("old one", False)] and not at.chat_message
+    assert "A new conversation" in " ".join(c.value for c in at.caption)
+    at.sidebar.button(key="new").click().run()
+    assert len(stored.conversations()) == 1, "New stores nothing"
+
+    at.chat_input[0].set_value(REPEAT_PROMPT).run()
+    assert not at.exception, at.exception
+    assert [c["title"] for c in stored.conversations()] == [REPEAT_PROMPT, "old one"]
+    assert conversation_buttons(at) == [(REPEAT_PROMPT, True), ("old one", False)]
+    assert len(answer_texts(at)) == 1
 
 
 def test_compare_runs_both_side_by_side(data_dir):

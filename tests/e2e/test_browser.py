@@ -254,7 +254,9 @@ def test_chat_standard_and_speculative_answers_survive_a_reload(page: Page, app_
 
     # A reload is a new session: the conversation opens again from the database, answers and all.
     rerun_after(page, page.reload, timeout=ANSWER_TIMEOUT)
-    expect(page.get_by_role("combobox", name="Conversation")).to_have_value(STANDARD_PROMPT)
+    # The sidebar lists the conversation, marked as the open one.
+    listed = sidebar(page).get_by_role("button", name=STANDARD_PROMPT)
+    expect(listed).to_have_attribute("data-testid", "stBaseButton-primary")
     expect(page.get_by_test_id("stChatMessage")).to_have_count(4)
     expect(page.get_by_test_id("stChatMessage").nth(0)).to_contain_text(STANDARD_PROMPT)
     expect(page.get_by_test_id("stChatMessage").nth(2)).to_contain_text(SPECULATIVE_PROMPT)
