@@ -86,6 +86,25 @@ def _piece(vocab: object, token: int) -> bytes:
         size = -length  # too small: the length it needs
 
 
+def _best(logits: np.ndarray, count: int) -> list[int]:
+    """The `count` most likely tokens, most likely first (ties: lower id first). A few argmax passes
+    for a few tokens; otherwise one partition for the threshold (an argpartition of a whole
+    vocabulary costs about 0.25 ms per 50,000 tokens)."""
+    if count <= 8:
+        values, best = logits.copy(), []
+        for _ in range(min(count, values.shape[0])):
+            token = int(np.argmax(values))
+            best.append(token)
+            values[token] = -np.inf
+        return best
+    size = logits.shape[0]
+    if count >= size:
+        return [int(t) for t in np.argsort(-logits, kind="stable")]
+    threshold = np.partition(logits, size - count)[size - count]
+    candidates = np.flatnonzero(logits >= threshold)
+    return [int(t) for t in candidates[np.argsort(-logits[candidates], kind="stable")][:count]]
+
+
 class ModelRunner:
     """A loaded model, its KV cache and the thread that owns both."""
 
@@ -354,7 +373,5 @@ class ModelRunner:
         normalizer = log_sum_exp(logits)
         top: list[tuple[int, bytes, float]] = []
         if top_logprobs > 0:
-            best = np.argpartition(-logits, top_logprobs - 1)[:top_logprobs]
-            best = best[np.argsort(-logits[best], kind="stable")]
-            top = [(int(t), self.pieces[int(t)], float(logits[t]) - normalizer) for t in best]
+            top = [(t, self.pieces[t], float(logits[t]) - normalizer) for t in _best(logits, top_logprobs)]
         return TokenInfo(token, self.pieces[token], float(logits[token]) - normalizer, top)
