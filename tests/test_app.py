@@ -452,3 +452,56 @@ def test_a_stopped_answer_keeps_its_text_and_the_rounds_so_far():
     nothing = Answer()
     nothing.stop()
     assert nothing.stopped and nothing.stats is None and nothing.note == "Stopped early: no text had been generated."
+
+
+# -- accepted draft text highlighted inside rendered Markdown -------------------------------------------
+
+MARKDOWN_PIECES = [
+    ["Use ", "standard"], ["**slicing**", "draft"], [":\n\n```python\ndef reverse(s", "correction"],
+    ["):\n    return s[::-1]", "draft"], ["\n```\n\n- fast\n", "bonus"], ["- short <b>", "draft"], ["\n", "standard"],
+]
+
+
+def test_draft_text_is_highlighted_inside_rendered_markdown():
+    from utils.app.highlight import DRAFT_SPAN, pieces_html
+
+    shown = pieces_html(MARKDOWN_PIECES)
+    assert f"<p>Use <strong>{DRAFT_SPAN}slicing</span></strong>:</p>" in shown
+    # The code block is a real <pre><code>, with the accepted draft lines highlighted inside it.
+    code = shown[shown.index("<pre"):shown.index("</pre>")]
+    assert '<code class="language-python">def reverse(s' in code
+    assert f"{DRAFT_SPAN}):</span>\n    {DRAFT_SPAN}return s[::-1]</span>" in code  # indentation stays plain
+    # A list stays a list when its item was drafted, and raw HTML in an answer is text, not markup.
+    assert f"<li>{DRAFT_SPAN}short &lt;b&gt;</span></li>" in shown and "<b>" not in shown
+    assert shown.count("<span") == shown.count("</span>")
+
+
+def test_highlighting_keeps_markdown_intact_while_streaming():
+    from utils.app.highlight import DRAFT_SPAN, pieces_html
+
+    # A code block still open while the answer streams is drawn as code, cursor included.
+    streaming = pieces_html([["```python\nx = ", "standard"], ["1", "draft"]], cursor=True)
+    assert f'<code class="language-python">x = {DRAFT_SPAN}1</span>▌' in streaming
+    # A drafted heading or fence keeps its syntax at the start of the line.
+    assert "<h2>" in pieces_html([["Intro\n\n", "standard"], ["## Steps", "draft"]])
+    # A link's address is never changed by the highlight, even when the draft starts inside it.
+    linked = pieces_html([["see [docs](https://exam", "standard"], ["ple.org) now", "draft"]])
+    assert 'href="https://example.org"' in linked and f"{DRAFT_SPAN} now</span>" in linked
+    # A drafted table row: each cell highlighted, no span left between the cells.
+    table = pieces_html([["| a | b |\n|---|---|\n| ", "standard"], ["1 | 2", "draft"], [" |", "standard"]])
+    assert f"{DRAFT_SPAN}1</span></td>" in table and "</td><span" not in table and table.count("<span") == 2
+
+
+def test_chat_shows_a_highlighted_code_block(data_dir):
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    conversation = stored.create("code")
+    stored.add_message(conversation, "user", "Reverse a string in Python.")
+    text = "".join(piece for piece, _ in MARKDOWN_PIECES)
+    stored.add_message(conversation, "assistant", text, pieces=MARKDOWN_PIECES)
+
+    at = open_app()
+    [shown] = answer_texts(at)
+    assert '<pre style="' in shown and '<code class="language-python">' in shown
+    assert '    <span style="background-color: rgba(46, 160, 67, 0.28); border-radius: 2px">return s[::-1]</span>' in shown
+    at.sidebar.toggle(key="highlight").set_value(False).run()  # off: Streamlit's own Markdown of the same text
+    assert answer_texts(at) == [text.strip()]

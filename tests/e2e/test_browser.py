@@ -35,7 +35,7 @@ SPECULATIVE_PROMPT = "Repeat this sentence exactly: The quick brown fox jumps ov
 COMPARE_PROMPT = "Repeat this sentence exactly: Speculative decoding drafts tokens and the target verifies them."
 LONG_PROMPT = "Count from 1 to 300, one number per line."
 LOOKUP_OPTION = "lookup — prompt lookup, no model"
-# The accepted draft tokens' HTML (utils/app/answer_view.py): a span on DRAFT_COLOUR.
+# The accepted draft tokens' HTML (utils/app/highlight.py): a span on DRAFT_COLOUR.
 DRAFT_SPAN = 'span[style*="rgba(46, 160, 67, 0.28)"]'
 MAX_SCREENSHOT_HEIGHT = 2400
 FULL_HEIGHT = """() => Math.max(document.documentElement.scrollHeight, ...[...document.querySelectorAll('*')]

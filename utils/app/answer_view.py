@@ -3,7 +3,6 @@ charts), and drawn again from the store with their stats."""
 
 from __future__ import annotations
 
-import html
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -14,6 +13,7 @@ from typing import Any
 import streamlit as st
 
 from config import Settings
+from utils.app.highlight import pieces_html
 from utils.app.charts import CHART_REFRESH_SECONDS, answer_figure, chart_key
 from utils.app.runtime import context_full, explain, iterate, server
 from utils.app.sidebar import Choices
@@ -24,9 +24,6 @@ from utils.engine.decoder import build_decoder
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
 from utils.engine.request import GenerationRequest
 from utils.hosts import HostError
-
-DRAFT_COLOUR = "rgba(46, 160, 67, 0.28)"  # the background of accepted draft tokens in the text
-
 
 @dataclass
 class Streaming:
@@ -80,20 +77,11 @@ async def answer_events(settings: Settings, url: str, target: str, drafter: str,
         yield event
 
 
-def pieces_html(pieces: list[list[str]]) -> str:
-    """The answer as HTML, accepted draft tokens on a green background; every piece escaped."""
-    spans = "".join(
-        f'<span style="background-color: {DRAFT_COLOUR}; border-radius: 2px">{html.escape(text)}</span>'
-        if origin == "draft" else html.escape(text)
-        for text, origin in pieces
-    )
-    return f'<div style="white-space: pre-wrap; line-height: 1.6">{spans}</div>'
-
-
 def show_text(slot, text: str, pieces: list[list[str]] | None, highlight: bool, cursor: bool = False) -> None:
-    """Draw an answer in `slot` (a placeholder or container): highlighted HTML, or Markdown."""
+    """Draw an answer in `slot` (a placeholder or container): rendered Markdown, with the accepted draft
+    text highlighted inside it when asked (utils.app.highlight), or Streamlit's own Markdown."""
     if highlight and pieces:
-        slot.html(pieces_html(pieces + ([["▌", "standard"]] if cursor else [])))
+        slot.html(pieces_html(pieces, cursor=cursor))
     elif text or cursor:
         slot.markdown(text + ("▌" if cursor else ""))
     else:

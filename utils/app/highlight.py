@@ -1,0 +1,90 @@
+"""An answer rendered as Markdown with its accepted draft text highlighted inside it: in paragraphs,
+lists, tables, inline code and code blocks alike (a `<pre><code>` with highlighted spans inside).
+
+The draft pieces are wrapped in two private-use characters before the Markdown is rendered, so the
+Markdown parser sees (almost) the text itself; afterwards each stretch of text between the markers is
+wrapped in a span, closed and reopened at every tag boundary, so the spans always nest properly
+whatever the Markdown made of the text around them. Raw HTML in an answer is shown as text.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+from markdown_it import MarkdownIt
+
+DRAFT_COLOUR = "rgba(46, 160, 67, 0.28)"  # the background of accepted draft tokens in the text
+DRAFT_SPAN = f'<span style="background-color: {DRAFT_COLOUR}; border-radius: 2px">'
+START, END = "\ue000", "\ue001"  # private-use characters: never in an answer's own text
+CURSOR = "▌"
+PRE_STYLE = ("background-color: rgba(128, 128, 128, 0.08); padding: 0.75em 1em; border-radius: 6px; "
+             "overflow-x: auto; line-height: 1.45")
+CONTAINER_STYLE = "line-height: 1.6"
+TABLE_STYLE = "border-collapse: collapse; margin: 0.5em 0"
+CELL_STYLE = "border: 1px solid rgba(128, 128, 128, 0.3); padding: 0.25em 0.6em; "
+
+_markdown = MarkdownIt("commonmark", {"html": False}).enable("table").enable("strikethrough")
+_TAG = re.compile(r"(<[^>]*>)")
+_CELL = re.compile(r'<(th|td)( style="([^"]*)")?>')
+# A mark at the start of a line goes after the line's block syntax, which must start the line.
+_BLOCK_START = re.compile(f"^({START})([ \t]*(?:(?:[-*+]|\\d+[.)])[ \t]+|#{{1,6}}[ \t]+|>[ \t]?|`{{3,}}|~{{3,}})*)",
+                          re.MULTILINE)
+_LINK_DESTINATION = re.compile(r"\]\([^)\n]*\)")
+
+
+def marked_text(pieces: list[list[str]]) -> str:
+    """The answer's text with each accepted draft piece between START and END, line by line (a marker
+    never spans a line break, so it cannot swallow a block boundary such as a code fence)."""
+    parts = []
+    for draft, group in itertools.groupby(pieces, key=lambda piece: piece[1] == "draft"):
+        text = "".join(text for text, _ in group).replace(START, "").replace(END, "")
+        if not draft:
+            parts.append(text)
+            continue
+        parts.append("\n".join(f"{START}{line}{END}" if line.strip() else line for line in text.split("\n")))
+    marked = _BLOCK_START.sub(r"\2\1", "".join(parts))  # "- item", "# title", "```": syntax before the mark
+    marked = _LINK_DESTINATION.sub(_marks_after, marked)  # a link's address stays as written
+    return marked.replace(START + END, "")
+
+
+def _marks_after(match: re.Match) -> str:
+    marks = "".join(re.findall(f"[{START}{END}]", match.group(0)))
+    return re.sub(f"[{START}{END}]", "", match.group(0)) + marks
+
+
+def pieces_html(pieces: list[list[str]], cursor: bool = False) -> str:
+    """The answer as rendered Markdown, accepted draft text on a green background."""
+    text = marked_text(pieces) + (CURSOR if cursor else "")
+    rendered = _markdown.render(_close_open_fence(text))
+    rendered = rendered.replace("<pre>", f'<pre style="{PRE_STYLE}">').replace("<table>", f'<table style="{TABLE_STYLE}">')
+    rendered = _CELL.sub(lambda m: f'<{m[1]} style="{CELL_STYLE}{m[3] or ""}">', rendered)
+    return f'<div style="{CONTAINER_STYLE}">{_spans(rendered)}</div>'
+
+
+def _close_open_fence(text: str) -> str:
+    """While an answer streams, a code block may be open: close it, so the rest is not read as Markdown
+    outside the block for a moment and then as code."""
+    fences = re.findall(r"^ {0,3}(```|~~~)", text, flags=re.MULTILINE)
+    return text + f"\n{fences[-1]}" if len(fences) % 2 else text
+
+
+def _spans(rendered: str) -> str:
+    """Turn the markers into spans: open at START, close at END, and close/reopen around every tag."""
+    out: list[str] = []
+    inside = False
+    for part in _TAG.split(rendered):
+        if part.startswith("<"):  # a mark inside an attribute (a link's address): drop it, keep its state
+            marks = re.findall(f"[{START}{END}]", part)
+            inside = marks[-1] == START if marks else inside
+            out.append(re.sub(f"[{START}{END}]", "", part))
+            continue
+        for chunk in re.split(f"([{START}{END}])", part):
+            if chunk == START:
+                inside = True
+            elif chunk == END:
+                inside = False
+            elif chunk:
+                out.append(f"{DRAFT_SPAN}{chunk}</span>" if inside and chunk.strip() else chunk)
+    return "".join(out)
+
