@@ -79,12 +79,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from utils.hosts import generate_once
     from utils.engine.client import ServerError
-    from utils.hosts import HostError
-    from utils.engine.events import GenerationError
     from utils.engine.config import EngineConfig
+    from utils.engine.events import GenerationError
     from utils.engine.request import GenerationRequest
+    from utils.hosts import HostError, generate_once
     from utils.sampling import SamplingOptions
 
     try:
@@ -130,11 +129,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from utils.bench.runner import BenchConfig, run_bench
-    from utils.engine.client import ServerError
-    from utils.embedded.models import ModelError
-    from utils.hosts import HostError
     from utils.bench.native import NativeError
+    from utils.bench.runner import BenchConfig, run_bench
+    from utils.embedded.models import ModelError
+    from utils.engine.client import ServerError
+    from utils.hosts import HostError
 
     config = BenchConfig(
         prompts_file=Path(args.prompts), target=args.target, drafters=args.draft or [get_settings().draft_model],
@@ -260,7 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.set_defaults(run=cmd_generate)
 
     bench = commands.add_parser("bench", help="benchmark speculative against standard generation")
-    bench.add_argument("--prompts", default="prompts/bench.jsonl", help="JSON lines: id, category, prompt, chat, max_tokens")
+    bench.add_argument("--prompts", default="prompts/bench.jsonl",
+                       help="JSON lines: id, category, prompt, chat, max_tokens")
     bench.add_argument("--target", default=get_settings().target_model)
     bench.add_argument("--draft", action="append", help="draft model, 'lookup' (repeatable; default: the draft model)")
     bench.add_argument("--k", action="append", type=_bench_k, help="'auto' or a fixed K (repeatable; default auto)")
@@ -268,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--limit", type=int, default=None, help="at most N prompts per category")
     bench.add_argument("--category", action="append", help="only this category (repeatable)")
     bench.add_argument("--max-tokens", type=int, default=None, help="override each prompt's max_tokens")
-    bench.add_argument("--out", default=None, help="output folder (default: DATA_DIR/bench/TIMESTAMP); reuse it to resume")
+    bench.add_argument("--out", default=None,
+                       help="output folder (default: DATA_DIR/bench/TIMESTAMP); reuse it to resume")
     bench.add_argument("--host", default=None)
     bench.add_argument("--native", action="store_true",
                        help="also run llama.cpp's own speculative decoding (llama-server), built on first use")

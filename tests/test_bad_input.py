@@ -24,15 +24,15 @@ import cli
 from config import Settings
 from tests.conftest import SMALL
 from tests.test_app import data_dir, navigation_app, open_app, short_answers  # noqa: F401 - fixtures
-from utils.engine.answer import collect
-from utils.engine.client import OllamaServer, ServerError
+from utils.app.store import ConversationStore
 from utils.embedded.models import ModelError, ModelStore
 from utils.embedded.server import EmbeddedServer
+from utils.engine.answer import collect
+from utils.engine.client import OllamaServer, ServerError
 from utils.engine.decoder import build_decoder
 from utils.engine.events import GenerationError
 from utils.engine.request import GenerationRequest
 from utils.sampling import SamplingOptions
-from utils.app.store import ConversationStore
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = "qwen2.5-coder:0.5b"
@@ -382,7 +382,8 @@ def test_damaged_model_file_is_a_clear_error_and_install_redoes_it(tmp_path, mon
             reply = http.post("/api/generate", json=body)
             assert reply.status_code == 500, reply.text
             assert reply.json()["error"] == (f"model '{SMALL}' is incomplete or damaged ({spec.size // 2} of "
-                                             f"{spec.size} bytes); reinstall it with: python cli.py models install {SMALL}")
+                                             f"{spec.size} bytes); reinstall it with: "
+                                             f"python cli.py models install {SMALL}")
             assert http.get("/api/tags").json()["models"] == []
             install()
             assert http.post("/api/generate", json=body).json()["done"]

@@ -14,9 +14,9 @@ import pytest
 
 from config import Settings
 from tests.conftest import DRAFT, TARGET
+from utils.bench.native import NativeError, NativeServer, server_binary, speculation_args
 from utils.bench.report import NATIVE, PROJECT
 from utils.bench.runner import BenchConfig, run_bench
-from utils.bench.native import NativeError, NativeServer, server_binary, speculation_args
 
 PROMPTS = [
     {"id": "code-1", "category": "code", "prompt": "def fibonacci(n):", "chat": False, "max_tokens": 24},

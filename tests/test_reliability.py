@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections import Counter
 import os
 import signal
 import time
 import tomllib
+from collections import Counter
 from pathlib import Path
 
 import httpx
@@ -27,14 +27,13 @@ from config import Settings
 from tests.conftest import SMALL
 from tests.test_speculative import answer, settings
 from utils.bench import soak
-from utils.engine.answer import collect
-from utils.hosts import generate_once, servers
-from utils.engine.client import OllamaServer, ServerError
 from utils.embedded.server import EmbeddedServer
-from utils.hosts import HostError
+from utils.engine.answer import collect
+from utils.engine.client import OllamaServer, ServerError
 from utils.engine.decoder import build_decoder
 from utils.engine.events import DoneEvent, FallbackEvent, GenerationError, RoundEvent, TextEvent
 from utils.engine.request import GenerationRequest
+from utils.hosts import HostError, generate_once, servers
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = "qwen2.5-coder:0.5b"
@@ -219,7 +218,8 @@ def test_soak_keeps_memory_bounded_and_fails_nothing(capsys):
 
 # -- fuzzing the embedded API ---------------------------------------------------------------------
 
-FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", 25))  # per operation and mode; a bounded run on a shared two-core machine
+# Per operation and mode: a bounded run on a shared two-core machine.
+FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", 25))
 
 
 def tame(case) -> None:

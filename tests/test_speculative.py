@@ -11,17 +11,18 @@ import pytest
 
 from config import Settings
 from tests.conftest import DRAFT, SMALL, TARGET
+from utils.embedded.server import EmbeddedServer
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer
-from utils.embedded.server import EmbeddedServer
 from utils.engine.decoder import build_decoder
-from utils.sampling import SamplingOptions, text_distribution
 from utils.engine.events import DoneEvent, FallbackEvent, RoundEvent, TextEvent
 from utils.engine.request import GenerationRequest
+from utils.sampling import SamplingOptions, text_distribution
 
 PROMPTS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" / "bench.jsonl").open()]
 # 32 varied prompts: the first 8 of each category (code, editing code, summarising, open chat).
-EQUALITY_PROMPTS = [p for c in ("code", "edit", "summarize", "chat") for p in [q for q in PROMPTS if q["category"] == c][:8]]
+EQUALITY_PROMPTS = [p for c in ("code", "edit", "summarize", "chat")
+                    for p in [q for q in PROMPTS if q["category"] == c][:8]]
 EQUALITY_TOKENS = 32
 
 
@@ -84,7 +85,8 @@ async def test_stop_strings_and_token_limit_match_standard(server_url):
 CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
 
 
-async def first_token_distribution(server_url: str, model: str, prompt: str, options: SamplingOptions) -> dict[str, float]:
+async def first_token_distribution(server_url: str, model: str, prompt: str,
+                                   options: SamplingOptions) -> dict[str, float]:
     """The exact distribution of the target's first sampled token, from its top-20 log-probabilities."""
     server = OllamaServer(server_url)
     try:

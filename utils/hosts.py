@@ -11,11 +11,11 @@ import httpx
 
 from config import Settings
 from utils.embedded.models import ModelStore
+from utils.embedded.server import EmbeddedServer
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer
-from utils.engine.request import GenerationRequest
 from utils.engine.decoder import build_decoder
-from utils.embedded.server import EmbeddedServer
+from utils.engine.request import GenerationRequest
 
 
 class HostError(Exception):
@@ -56,12 +56,14 @@ def target_host(settings: Settings, explicit: str | None = None) -> str:
     return _embedded.url
 
 
-def servers(settings: Settings, host: str | None = None, draft_host: str | None = None) -> tuple[OllamaServer, OllamaServer | None]:
+def servers(settings: Settings, host: str | None = None,
+            draft_host: str | None = None) -> tuple[OllamaServer, OllamaServer | None]:
     target = OllamaServer(target_host(settings, host), connect_timeout=settings.engine.connect_timeout,
                           timeout=settings.engine.request_timeout)
     draft = None
     if draft_host:
-        draft = OllamaServer(draft_host, connect_timeout=settings.engine.connect_timeout, timeout=settings.engine.draft_timeout)
+        draft = OllamaServer(draft_host, connect_timeout=settings.engine.connect_timeout,
+                             timeout=settings.engine.draft_timeout)
     return target, draft
 
 

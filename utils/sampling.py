@@ -11,9 +11,8 @@ have alone: the choice depends only on that position's logits, the options and t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np

@@ -131,7 +131,9 @@ class Reply:
 
     @staticmethod
     def _content(message: dict[str, Any]) -> str:
-        return (message.get("message") or {}).get("content", "") if "message" in message else message.get("response", "")
+        if "message" in message:
+            return (message.get("message") or {}).get("content", "")
+        return message.get("response", "")
 
     def whole(self, text: str, final: dict[str, Any]) -> dict[str, Any]:
         """The non-streamed object for the whole answer."""

@@ -18,10 +18,10 @@ from utils.engine.answer import collect
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.decoder import build_decoder
 from utils.engine.drafters import NONE, drafter_class
-from utils.engine.stats import AnswerStats, merge
-from utils.engine.tokenizers import tokenizer_relation
 from utils.engine.events import GenerationError
 from utils.engine.request import GenerationRequest
+from utils.engine.stats import AnswerStats, merge
+from utils.engine.tokenizers import tokenizer_relation
 
 # Short, everyday prompts of the kinds people ask: code, explanation, a list.
 ADVISOR_PROMPTS = (

@@ -25,24 +25,24 @@ import platform
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from config import Settings
-from utils.engine.answer import collect
-from utils.hosts import servers
-from utils.engine.client import OllamaServer
-from utils.embedded.models import ModelStore, normalize_name
 from utils.bench.native import ANCHOR, NativeError, NativeServer, server_binary, speculation_args
+from utils.bench.report import NATIVE, PROJECT, engine_of, summarize, write_report
+from utils.embedded.models import ModelStore, normalize_name
+from utils.engine.answer import collect
+from utils.engine.client import OllamaServer
 from utils.engine.decoder import build_decoder
 from utils.engine.drafters import NONE as STANDARD
 from utils.engine.drafters.lookup import LOOKUP
 from utils.engine.request import GenerationRequest
+from utils.hosts import servers
 from utils.sampling import SamplingOptions
-from utils.bench.report import NATIVE, PROJECT, engine_of, summarize, write_report
 
 Progress = Callable[[int, int, str], None]
 
@@ -166,7 +166,7 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     results_path = out_dir / "results.json"
     prompts = load_prompts(config)
     data: dict[str, Any] = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()},
-                            "machine": machine(), "started": datetime.now(timezone.utc).isoformat(), "runs": []}
+                            "machine": machine(), "started": datetime.now(UTC).isoformat(), "runs": []}
     if results_path.exists():
         data = json.loads(results_path.read_text())
     done = {_run_key(run) for run in data["runs"]}
@@ -215,7 +215,7 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                 data["runs"].append({"prompt_id": prompt["id"], "category": prompt["category"], "repeat": repeat,
                                      "engine": engine, "drafter": drafter, "k": k, "target": config.target,
                                      "text": result["text"], "stats": result["stats"], "finished": time.time(),
-                                     **({"llama_timings": result["llama_timings"]} if "llama_timings" in result else {})})
+                                     **{key: result[key] for key in ("llama_timings",) if key in result}})
                 _save(results_path, data)
         if progress:
             progress(len(plan), len(plan), "done")

@@ -6,9 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from utils.engine.decoder import SpeculativeDecoder
-
 from utils.engine.events import DoneEvent, TextEvent
-
 from utils.engine.request import GenerationRequest
 
 

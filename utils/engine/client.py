@@ -93,7 +93,8 @@ def _with_scheme(host: str) -> str:
 
 def _tokens(body: dict[str, Any]) -> list[Token]:
     return [
-        Token(entry["token"], entry.get("logprob"), {alt["token"]: alt["logprob"] for alt in entry.get("top_logprobs") or []})
+        Token(entry["token"], entry.get("logprob"),
+              {alt["token"]: alt["logprob"] for alt in entry.get("top_logprobs") or []})
         for entry in body.get("logprobs") or []
     ]
 

@@ -180,7 +180,7 @@ class SpeculativeDecoder:
             verdict = await asyncio.wait_for(
                 self.validator.verify(answer.context, draft, answer.request.options, answer.method, answer.rng),
                 self.config.verify_timeout)
-        except (ServerError, asyncio.TimeoutError, OSError) as error:
+        except (TimeoutError, ServerError, OSError) as error:
             yield self._fall_back(answer, error)
             return
         verified_at = time.perf_counter()

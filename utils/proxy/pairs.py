@@ -21,7 +21,8 @@ def parse_pairs(items: list[str]) -> dict[str, str]:
     return pairs
 
 
-async def default_pairs(upstream: OllamaServer, target: str, draft: str, draft_host: str | None = None) -> dict[str, str]:
+async def default_pairs(upstream: OllamaServer, target: str, draft: str,
+                        draft_host: str | None = None) -> dict[str, str]:
     """Prompt lookup (it needs no model) for every model upstream has; the configured draft model for
     the configured target where the draft is there too (or on its own draft host)."""
     models = await upstream.models()

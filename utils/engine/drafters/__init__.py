@@ -3,7 +3,15 @@
 import importlib
 import pkgutil
 
-from utils.engine.drafters.base import NONE, Draft, Drafter, DraftSetup, build_drafter, drafter_class, model_free_drafters
+from utils.engine.drafters.base import (
+    NONE,
+    Draft,
+    Drafter,
+    DraftSetup,
+    build_drafter,
+    drafter_class,
+    model_free_drafters,
+)
 
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")

@@ -41,7 +41,8 @@ class ModelDrafter(Drafter):
     def llama_server_args(cls, k: str, model_path: Path | None) -> list[str] | None:
         if model_path is None:
             return None
-        return ["--spec-type", "draft-simple", "-md", str(model_path)] + ([] if k == "auto" else ["--spec-draft-n-max", k])
+        limit = [] if k == "auto" else ["--spec-draft-n-max", k]
+        return ["--spec-type", "draft-simple", "-md", str(model_path), *limit]
 
     async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
         draft = Draft()
