@@ -301,3 +301,23 @@ def test_openai_requests_speculation_cannot_serve_go_upstream_unchanged(proxied,
     theirs = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=120)
     assert (mine.status_code, mine.content) == (theirs.status_code, theirs.content)
     assert 'reason="format"' in httpx.get(f"{proxied}/metrics").text
+
+
+def test_the_app_page_shows_the_proxys_live_traffic(proxied):
+    from streamlit.testing.v1 import AppTest
+
+    ollama.Client(host=proxied).generate(model=SMALL, prompt=PROMPTS[2], options=GREEDY)
+    ollama.Client(host=proxied).list()
+    page = AppTest.from_file(str(ROOT / "pages" / "proxy.py"), default_timeout=30)
+    page.session_state["proxy_url"] = proxied
+    page.run()
+    assert not page.exception
+    table = page.dataframe[0].value
+    served = list(table["served"])
+    assert "speculative (lookup)" in served and "forwarded" in served
+    assert any("is not speculated" in reason for reason in table["why forwarded"])
+    assert "smollm2:135m ← lookup" in " ".join(m.value for m in page.markdown)
+
+    page.session_state["proxy_url"] = "http://127.0.0.1:9"  # nothing there: advice, not a traceback
+    page.run()
+    assert not page.exception and "No proxy answers" in page.info[0].value
