@@ -25,7 +25,7 @@ if server is not None and choices is not None:
         chosen_categories = st.multiselect("Categories", categories, default=categories, key="bench_categories")
         target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="bench_target")
         drafters = st.multiselect("Drafters", [*model_free_drafters(), *server.models], key="bench_drafters",
-                                  default=[choices.drafter] if choices.speculative else [next(iter(model_free_drafters()))])
+                                  default=[choices.drafter] if choices.speculative else list(model_free_drafters())[:1])
         ks = st.multiselect("Draft lengths", ["auto", "2", "4", "6", "8"], default=["auto"], key="bench_ks")
         repeat = st.number_input("Repeats", 1, 10, 1, key="bench_repeat")
         limit = st.number_input("Prompts per category (0: all)", 0, 1000, 0, key="bench_limit")

@@ -17,10 +17,10 @@ from streamlit.testing.v1 import AppTest
 
 import config
 from tests.conftest import SMALL
-from utils.bench.advisor import check_parallel
-from utils.engine.client import OllamaServer
-from utils.embedded.server import EmbeddedServer
 from utils.app.store import ConversationStore
+from utils.bench.advisor import check_parallel
+from utils.embedded.server import EmbeddedServer
+from utils.engine.client import OllamaServer
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TIMEOUT = 240  # seconds for one script run; answers are short but the CPU is shared
@@ -192,7 +192,8 @@ def test_chat_context_full_keeps_the_answer_with_a_note(data_dir, monkeypatch):
 
 def conversation_buttons(at: AppTest) -> list[tuple[str, bool]]:
     """The conversations listed in the sidebar, top to bottom, and whether each is the open one."""
-    return [(b.label, b.proto.type == "primary") for b in at.sidebar.button if b.key and b.key.startswith("conversation-")]
+    return [(b.label, b.proto.type == "primary") for b in at.sidebar.button
+            if b.key and b.key.startswith("conversation-")]
 
 
 def test_chat_lists_conversations_opens_by_id_renames_deletes_after_asking_and_exports(data_dir):
@@ -371,7 +372,8 @@ def speculative_stats(output: int, drafted: int, accepted: int, ks: list[int], t
     rounds = [{"k": k, "drafted": min(k, drafted), "accepted": 0, "emitted": 1, "seconds": 0.1,
                "at_seconds": 0.1 * (n + 1)} for n, k in enumerate(ks)]
     return {"mode": "speculative", "target": SMALL, "drafter": drafter, "done_reason": "stop",
-            "output_tokens": output, "drafted_tokens": drafted, "accepted_tokens": accepted, "drafts": 1 if drafted else 0,
+            "output_tokens": output, "drafted_tokens": drafted, "accepted_tokens": accepted,
+            "drafts": 1 if drafted else 0,
             "acceptance_rate": accepted / drafted if drafted else 0.0, "tokens_per_second": tokens_per_second,
             "per_position_acceptance": [], "rounds": rounds, "fallbacks": []}
 
@@ -387,7 +389,8 @@ def test_chat_shows_no_speedup_where_nothing_was_drafted(data_dir):
     stored.add_message(conversation, "user", "again")
     stored.add_message(conversation, "assistant", "short", baseline=baseline, stats=speculative_stats(3, 3, 3, [4]))
     stored.add_message(conversation, "user", "and again")
-    stored.add_message(conversation, "assistant", "fine", baseline=baseline, stats=speculative_stats(40, 30, 20, [4] * 8))
+    stored.add_message(conversation, "assistant", "fine", baseline=baseline,
+                       stats=speculative_stats(40, 30, 20, [4] * 8))
 
     at = open_app()
     captions = [c.value for c in at.caption if c.value.startswith("speculative")]
@@ -401,8 +404,8 @@ def test_chat_shows_no_speedup_where_nothing_was_drafted(data_dir):
 
 def test_compare_shows_no_speedup_where_nothing_was_drafted():
     def page():
-        from utils.app.compare import show_comparison
         from tests.test_app import speculative_stats
+        from utils.app.compare import show_comparison
 
         standard = {"mode": "standard", "target": "m", "output_tokens": 127, "tokens_per_second": 20.0,
                     "time_to_first_token_s": 0.2}
@@ -415,7 +418,8 @@ def test_compare_shows_no_speedup_where_nothing_was_drafted():
     at = AppTest.from_function(page, default_timeout=60).run()
     assert not at.exception, at.exception
     assert at.metric[-1].label == "Speed-up" and at.metric[-1].value == "—"
-    assert "No speed-up shown: drafted 0 of 127 tokens: the controller found drafting did not pay here" in at.info[0].value
+    assert ("No speed-up shown: drafted 0 of 127 tokens: the controller found drafting did not pay here"
+            in at.info[0].value)
 
 
 def test_advisor_never_recommends_a_draft_that_drafted_nothing():
@@ -502,6 +506,7 @@ def test_chat_shows_a_highlighted_code_block(data_dir):
     at = open_app()
     [shown] = answer_texts(at)
     assert '<pre style="' in shown and '<code class="language-python">' in shown
-    assert '    <span style="background-color: rgba(46, 160, 67, 0.28); border-radius: 2px">return s[::-1]</span>' in shown
+    assert ('    <span style="background-color: rgba(46, 160, 67, 0.28); border-radius: 2px">return s[::-1]</span>'
+            in shown)
     at.sidebar.toggle(key="highlight").set_value(False).run()  # off: Streamlit's own Markdown of the same text
     assert answer_texts(at) == [text.strip()]

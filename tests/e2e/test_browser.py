@@ -139,7 +139,7 @@ def set_draft_length(page: Page, value: str) -> None:
         if current == value:
             return
         key = "ArrowLeft" if current != "auto" and (value == "auto" or int(current) > int(value)) else "ArrowRight"
-        rerun_after(page, lambda: slider.press(key))
+        rerun_after(page, lambda key=key: slider.press(key))
     raise AssertionError(f"the draft length slider did not reach {value}")
 
 

@@ -13,17 +13,18 @@ from typing import Any
 import streamlit as st
 
 from config import Settings
-from utils.app.highlight import pieces_html
 from utils.app.charts import CHART_REFRESH_SECONDS, answer_figure, chart_key
+from utils.app.highlight import pieces_html
 from utils.app.runtime import context_full, explain, iterate, server
 from utils.app.sidebar import Choices
 from utils.app.speed import speedup_text
 from utils.app.store import stats_summary
-from utils.engine.client import ServerError
+from utils.engine.client import OllamaServer, ServerError
 from utils.engine.decoder import build_decoder
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
 from utils.engine.request import GenerationRequest
 from utils.hosts import HostError
+
 
 @dataclass
 class Streaming:
@@ -69,10 +70,10 @@ class Answer:
         self.note = f"Stopped {tokens}: {kept}."
 
 
-async def answer_events(settings: Settings, url: str, target: str, drafter: str,
+async def answer_events(settings: Settings, client: OllamaServer, target: str, drafter: str,
                         request: GenerationRequest) -> AsyncIterator[Event]:
     """The engine's events for one answer, on the shared client of the server."""
-    decoder = await build_decoder(settings.engine, server(settings, url), target, drafter)
+    decoder = await build_decoder(settings.engine, client, target, drafter)
     async for event in decoder.stream(request):
         yield event
 
@@ -100,7 +101,8 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     text_slot, notices, chart_slot = st.empty(), st.container(), st.empty()
     drawn_at = 0.0
     show_text(text_slot, "", [], highlight, cursor=True)
-    events = answer_events(choices.decoder_settings(settings), url, choices.target, drafter, request)
+    events = answer_events(choices.decoder_settings(settings), server(settings, url), choices.target, drafter,
+                           request)
     try:
         # closing(): if Streamlit stops the script mid-answer, the stream closes now.
         with closing(iterate(events)) as stream:

@@ -57,7 +57,8 @@ def pieces_html(pieces: list[list[str]], cursor: bool = False) -> str:
     """The answer as rendered Markdown, accepted draft text on a green background."""
     text = marked_text(pieces) + (CURSOR if cursor else "")
     rendered = _markdown.render(_close_open_fence(text))
-    rendered = rendered.replace("<pre>", f'<pre style="{PRE_STYLE}">').replace("<table>", f'<table style="{TABLE_STYLE}">')
+    rendered = rendered.replace("<pre>", f'<pre style="{PRE_STYLE}">')
+    rendered = rendered.replace("<table>", f'<table style="{TABLE_STYLE}">')
     rendered = _CELL.sub(lambda m: f'<{m[1]} style="{CELL_STYLE}{m[3] or ""}">', rendered)
     return f'<div style="{CONTAINER_STYLE}">{_spans(rendered)}</div>'
 

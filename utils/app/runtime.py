@@ -22,11 +22,18 @@ from typing import TypeVar
 import streamlit as st
 
 from config import Settings, get_settings
-from utils.engine.client import (ContextFull, ModelNotFound, OllamaServer, ServerError, ServerTimeout,
-                                 ServerUnreachable, parse_version)
+from utils.app.store import ConversationStore
+from utils.engine.client import (
+    ContextFull,
+    ModelNotFound,
+    OllamaServer,
+    ServerError,
+    ServerTimeout,
+    ServerUnreachable,
+    parse_version,
+)
 from utils.engine.events import GenerationError
 from utils.hosts import HostError, target_host
-from utils.app.store import ConversationStore
 
 T = TypeVar("T")
 

@@ -79,7 +79,8 @@ def speedup_so_far(stats: dict[str, Any], baseline: dict[str, Any] | None, rate:
 def remember_baseline(conversations: ConversationStore, url: str, stats: dict[str, Any], how: str) -> None:
     """A finished standard answer (not a stopped one) is the newest baseline for its server and target."""
     finished = stats.get("done_reason") != "stopped"
-    if finished and stats.get("mode") == "standard" and stats.get("output_tokens", 0) > 1 and stats.get("tokens_per_second"):
+    measured = stats.get("output_tokens", 0) > 1 and stats.get("tokens_per_second")
+    if finished and measured and stats.get("mode") == "standard":
         what = f"{how}, {stats['output_tokens']} tokens"
         conversations.set_baseline(url, stats["target"], stats["tokens_per_second"], what)
 

@@ -11,7 +11,7 @@ import json
 import sqlite3
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ DEFAULT_TITLE = "New conversation"
 
 
 def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")  # fixed width: sorts as text
+    return datetime.now(UTC).isoformat(timespec="microseconds")  # fixed width: sorts as text
 
 
 class ConversationStore:
