@@ -16,6 +16,7 @@ page = st.navigation([
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("pages/benchmarks.py", title="Benchmarks", icon=":material/speed:"),
     st.Page("pages/models.py", title="Models", icon=":material/deployed_code:"),
+    st.Page("pages/proxy.py", title="Proxy", icon=":material/swap_horiz:"),
 ])
 st.session_state.server, st.session_state.choices = sidebar(get_settings())
 page.run()
