@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 SPEC_FORCE_MODELS=1 bash scripts/install.sh
 bash scripts/install_native.sh   # llama.cpp's llama-server, for tests/test_native.py
 bash scripts/install_browser.sh  # Debian's chromium, for tests/e2e
+(cd tests/js && npm ci --silent --no-audit --no-fund)  # ollama-js, for tests/test_proxy.py
 # Lint first (pyproject.toml); the tests run either way, so one run reports both.
 lint=0
 .venv/bin/ruff check . || lint=$?

@@ -139,6 +139,19 @@ def test_sampled_answers_speculate_and_seeded_ones_go_upstream(proxied, server_u
     assert "speculative" not in again
 
 
+def test_ollama_js(proxied, server_url):
+    """The official JavaScript client (tests/js, installed by scripts/test.sh with `npm ci`)."""
+
+    def run(host: str) -> dict:
+        done = subprocess.run(["node", str(ROOT / "tests" / "js" / "client.mjs"), host, SMALL, PROMPTS[0]],
+                              capture_output=True, text=True, timeout=300, check=True)
+        return json.loads(done.stdout)
+
+    mine, theirs = run(proxied), run(server_url)
+    assert mine == theirs and mine["generate"] and mine["chat"] and mine["chat_done"]
+    assert SMALL in mine["models"]
+
+
 # -- forwarded: upstream's bytes and status ---------------------------------------------------------
 
 
