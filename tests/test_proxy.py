@@ -125,6 +125,21 @@ def test_langchain_chat_ollama(proxied, server_url):
     assert streamed == theirs.content
 
 
+def test_litellm_ollama_chat(proxied, server_url, monkeypatch):
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no download of its price list at import
+    import litellm
+
+    messages = [{"role": "user", "content": PROMPTS[0]}]
+    ask = {"model": f"ollama_chat/{SMALL}", "messages": messages, "temperature": 0, "max_tokens": 40}
+    mine, theirs = litellm.completion(api_base=proxied, **ask), litellm.completion(api_base=server_url, **ask)
+    assert mine.choices[0].message.content == theirs.choices[0].message.content
+    assert mine.usage.completion_tokens == theirs.usage.completion_tokens > 0
+    streamed = "".join(chunk.choices[0].delta.content or ""
+                       for chunk in litellm.completion(api_base=proxied, stream=True, **ask))
+    assert streamed == theirs.choices[0].message.content
+    assert 'spec_proxy_requests_total{endpoint="/api/chat",mode="speculative"}' in httpx.get(f"{proxied}/metrics").text
+
+
 def test_sampled_answers_speculate_and_seeded_ones_go_upstream(proxied, server_url):
     """temperature > 0: sample-match keeps the target's distribution (tested in test_speculative). A
     seeded sampled answer must repeat, which only upstream's standard generation guarantees."""
