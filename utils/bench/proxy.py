@@ -1,0 +1,93 @@
+"""Going through the speculative proxy against going straight to its upstream, as a client sees it.
+
+Each prompt is asked both ways, the order alternating, and the ratio of the client-side tokens per
+second (eval_count over wall time) is taken per pair; the median and quartiles of those ratios are
+printed per category and overall. With `--no-batch` the upstream is an embedded server that serves one
+request at a time (as Ollama with OLLAMA_NUM_PARALLEL=1): speculation cannot pay there, and the
+controller must bring the proxy back to standard speed.
+
+    .venv/bin/python -m utils.bench.proxy [--model smollm2:135m] [--drafter lookup] [--no-batch]
+        [--limit 3] [--repeat 2] [--max-tokens 96]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import ollama
+
+from utils.embedded.server import EmbeddedServer
+from utils.processes import free_port, stop_process, wait_until_healthy
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tokens_per_second(client: ollama.Client, model: str, prompt: str, max_tokens: int) -> float:
+    started = time.perf_counter()
+    answer = client.chat(model=model, messages=[{"role": "user", "content": prompt}],
+                         options={"temperature": 0, "num_predict": max_tokens})
+    return (answer.eval_count or 0) / (time.perf_counter() - started)
+
+
+def _quartiles(values: list[float]) -> str:
+    if len(values) < 2:
+        return ""
+    q = statistics.quantiles(values, n=4)
+    return f"({q[0]:.2f}-{q[2]:.2f})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m utils.bench.proxy", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2:135m")
+    parser.add_argument("--drafter", default="lookup")
+    parser.add_argument("--no-batch", action="store_true", help="an upstream that serialises requests")
+    parser.add_argument("--limit", type=int, default=3, help="prompts per category")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=96)
+    args = parser.parse_args(argv)
+    prompts = [json.loads(line) for line in (ROOT / "prompts" / "bench.jsonl").open()]
+    chosen = [p for c in dict.fromkeys(p["category"] for p in prompts)
+              for p in [q for q in prompts if q["category"] == c][: args.limit]]
+    with EmbeddedServer(batch=not args.no_batch) as upstream:
+        port = free_port()
+        process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "proxy", "--upstream", upstream.url,
+                                    "--port", str(port), "--pair", f"{args.model}={args.drafter}"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            problem = wait_until_healthy(process, f"{url}/metrics", 60)
+            if problem:
+                print(f"error: the proxy {problem}", file=sys.stderr)
+                return 1
+            direct, through = ollama.Client(host=upstream.url), ollama.Client(host=url)
+            for client in (direct, through):  # load the model; let the controller meet the server
+                _tokens_per_second(client, args.model, chosen[0]["prompt"], 32)
+            ratios: dict[str, list[float]] = {}
+            for repeat in range(args.repeat):
+                for index, prompt in enumerate(chosen):
+                    order = [direct, through] if (index + repeat) % 2 == 0 else [through, direct]
+                    speed = {id(c): _tokens_per_second(c, args.model, prompt["prompt"], args.max_tokens)
+                             for c in order}
+                    ratio = speed[id(through)] / speed[id(direct)] if speed[id(direct)] else float("nan")
+                    ratios.setdefault(prompt["category"], []).append(ratio)
+                    print(f"  {prompt['id']:12} #{repeat + 1}: direct {speed[id(direct)]:6.1f} tok/s, "
+                          f"through the proxy {speed[id(through)]:6.1f} tok/s, ratio {ratio:.2f}", flush=True)
+        finally:
+            stop_process(process, grace=10)
+    upstream_kind = "serialising (--no-batch)" if args.no_batch else "batching"
+    print(f"\n{args.model} with {args.drafter}, {upstream_kind} embedded upstream, greedy, {args.max_tokens} tokens;"
+          " proxy tok/s over direct tok/s, median (p25-p75):")
+    everything = [r for values in ratios.values() for r in values]
+    for category, values in [*ratios.items(), ("all", everything)]:
+        print(f"  {category:10} {statistics.median(values):.2f}x {_quartiles(values)}  n={len(values)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
