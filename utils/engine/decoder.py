@@ -30,7 +30,9 @@ from utils.engine.stats import AnswerStats, Fallback, RoundRecord
 from utils.engine.validator import PromptPrefixValidator, Verdict, choose_method
 from utils.sampling import GREEDY, SamplingOptions
 
-SHORT_SEGMENT_TOKENS = 4  # after an empty draft: a few tokens, then try drafting again
+# After an empty draft: a few tokens, then try drafting again; twice as many after each empty draft
+# in a row (each segment is a request of its own), up to the controller's segment length.
+SHORT_SEGMENT_TOKENS = 4
 
 
 @dataclass
@@ -48,6 +50,7 @@ class _Answer:
     started: float = field(default_factory=time.perf_counter)
     context_tokens: int = 0  # the target's token count for the prompt, as its last answer reported
     short_segment: bool = False  # the last round emitted nothing: generate a few tokens normally
+    empty_drafts: int = 0  # empty drafts in a row
     resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
     drafter_saw: int | None = None  # output tokens in the drafter's last context (None: it saw nothing yet)
 
@@ -127,7 +130,9 @@ class SpeculativeDecoder:
         if answer.drafter is None:
             tokens = output.remaining
         else:
-            tokens = SHORT_SEGMENT_TOKENS if answer.short_segment else answer.controller.segment_tokens()
+            tokens = answer.controller.segment_tokens()
+            if answer.short_segment:
+                tokens = min(SHORT_SEGMENT_TOKENS << min(max(answer.empty_drafts - 1, 0), 8), max(tokens, 4))
         request = {**options.to_ollama(), "num_ctx": self.config.num_ctx, "num_predict": output.remaining}
         if not options.greedy:
             seed = answer.resume_seed
@@ -176,7 +181,9 @@ class SpeculativeDecoder:
             if not draft.pieces:  # nothing to verify: a short standard segment, then draft again
                 controller.record_round(k, 0, 0, drafted_at - round_started, 0.0)
                 answer.short_segment = True
+                answer.empty_drafts += 1
                 return
+            answer.empty_drafts = 0
             verdict = await asyncio.wait_for(
                 self.validator.verify(answer.context, draft, answer.request.options, answer.method, answer.rng),
                 self.config.verify_timeout)
