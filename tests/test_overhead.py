@@ -66,6 +66,10 @@ def test_the_tables_parse_and_add_up(printed):
         fixed = float(re.search(rf"draft fixed overhead, K={k}: (-?\d+\.\d+) ms", printed)[1])
         assert fixed == pytest.approx(rows[f"draft proposal, K={k}"][2], abs=0.011)
 
+    evaluations = re.search(r"^evaluations per burst \(median\): (.*)$", printed, re.M)[1]
+    assert [k for k, _ in re.findall(r"K=(\d+) (\d+(?:\.\d+)?)", evaluations)] == [str(k) for k in KS]
+    assert all(float(n) >= 1 for _, n in re.findall(r"K=(\d+) (\d+(?:\.\d+)?)", evaluations))
+
     # The projections: the wall times, then (embedded server) the engine's own times.
     assert len(tables) == 2 and all(len(table) == len(RATES) for table in tables)
     for column, table in zip((0, 1), tables):

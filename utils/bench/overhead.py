@@ -18,7 +18,8 @@ Requests look like the engine's (utils/engine/client.py): one keep-alive httpx c
 validator positions as non-streamed `num_predict` 1 requests with `logprobs`, drafts streamed with
 their top log-probabilities. "Engine time" of a request is its `total_duration`; that of a burst,
 the largest `total_duration` among its requests (on a server that evaluates them together, each
-reports the shared evaluation).
+reports the shared evaluation; a burst the embedded server had to split into several evaluations
+pays the others as time outside, and the number of evaluations is printed).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ SMALL = "smollm2:135m"
 class Sample:
     wall_ms: float
     engine_ms: float
+    evaluations: int = 1  # of a burst: how many separate evaluations its answers report
 
     @property
     def outside_ms(self) -> float:
@@ -141,7 +143,9 @@ class Bench:
         started = time.perf_counter()
         answers = await asyncio.gather(*(self.one(self.target, prompt) for prompt in prompts))
         wall = (time.perf_counter() - started) * 1000
-        return Sample(wall, max(a["total_duration"] for a in answers) / 1e6)
+        # Requests answered from one evaluation report the same prompt_eval_duration.
+        evaluations = len({a.get("prompt_eval_duration") for a in answers})
+        return Sample(wall, max(a["total_duration"] for a in answers) / 1e6, evaluations)
 
     async def one_token_steps(self, context: str, pieces: list[str]) -> list[Sample]:
         """One-token requests in a row, each prompt the last one plus its answer (so it extends the
@@ -240,6 +244,9 @@ def report(result: dict, target: str, draft: str, repeat: int) -> str:
         lines.append(f"extra outside time per nested request, K={k}: {extra:.2f} ms")
     for k in KS:
         lines.append(f"draft fixed overhead, K={k}: {rows[f'draft{k}'].outside():.2f} ms")
+    if result["embedded"]:  # a burst split into several evaluations pays a whole decode for each
+        lines.append("evaluations per burst (median): " + ", ".join(
+            f"K={k} {statistics.median(s.evaluations for s in rows[f'burst{k}'].samples):g}" for k in KS))
     tables = [("projected speed-up S(K, a), wall times", projection(rows, engine=False))]
     if result["embedded"]:
         tables.append(("ideal one-decode verifier S(K, a), engine times", projection(rows, engine=True)))
