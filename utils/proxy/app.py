@@ -212,21 +212,16 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
             return whole
         return json_response(reply.whole(*whole))
 
-    @app.post("/v1/chat/completions")
-    async def openai_chat(request: Request) -> Response:
-        return await _openai(request, chat=True)
+    def route(handler, chat: bool):
+        async def endpoint(request: Request) -> Response:
+            return await handler(request, chat)
+        return endpoint
 
-    @app.post("/v1/completions")
-    async def openai_completions(request: Request) -> Response:
-        return await _openai(request, chat=False)
-
-    @app.post("/api/generate")
-    async def generate(request: Request) -> Response:
-        return await speculate_or_forward(request, chat=False)
-
-    @app.post("/api/chat")
-    async def chat(request: Request) -> Response:
-        return await speculate_or_forward(request, chat=True)
+    for path, handler, is_chat in (("/api/generate", speculate_or_forward, False),
+                                   ("/api/chat", speculate_or_forward, True),
+                                   ("/v1/completions", _openai, False),
+                                   ("/v1/chat/completions", _openai, True)):
+        app.add_api_route(path, route(handler, is_chat), methods=["POST"])
 
     @app.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
     async def passthrough(request: Request, path: str) -> Response:
