@@ -34,6 +34,7 @@ BURST_GAP_SECONDS = 0.001
 BURST_MAX_SECONDS = 0.040
 BURST_POLL_SECONDS = 0.0002
 BURST_LATE_SECONDS = 0.010  # how long a burst smaller than the last one waits for the rest
+BURST_GROWING_GAP_SECONDS = 0.003  # the quiet gap for a burst already larger than the last one
 
 EXACT_ROWS = 7
 TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
@@ -233,7 +234,9 @@ class ModelRunner:
                 more = self.jobs.get_nowait()
             except queue.Empty:
                 now = time.monotonic()
-                quiet = ARRIVALS.in_flight <= 0 and now - ARRIVALS.last >= BURST_GAP_SECONDS
+                # A burst larger than the last one may still be growing: a longer gap.
+                gap = BURST_GROWING_GAP_SECONDS if len(burst) > max(self.expected_burst, 1) else BURST_GAP_SECONDS
+                quiet = ARRIVALS.in_flight <= 0 and now - ARRIVALS.last >= gap
                 short = len(burst) < self.expected_burst and now - started < BURST_LATE_SECONDS
                 if now >= cap or (quiet and not short):
                     break
