@@ -97,7 +97,8 @@ def batched_against_single(fast_batches: bool) -> float:
     try:
         tokens = runner.llama.tokenize(PROMPTS[2].encode() + b"The capital of Italy is Rome, a city", special=True)
         batched = runner._evaluate(tokens, first_row=len(tokens) - 8)
-        single = np.concatenate([runner._evaluate(tokens[: n + 1], first_row=n) for n in range(len(tokens) - 8, len(tokens))])
+        single = np.concatenate([runner._evaluate(tokens[: n + 1], first_row=n)
+                                 for n in range(len(tokens) - 8, len(tokens))])
         return float(np.abs(batched - single).max())
     finally:
         runner.close()

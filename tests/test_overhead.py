@@ -83,7 +83,9 @@ def test_the_tables_parse_and_add_up(printed):
                 assert value == pytest.approx(projected, rel=0.03, abs=0.011)
             assert best_s == max(values) and values[KS.index(best)] == best_s
     for (a, _, _, wall_best), (_, _, _, ideal_best) in zip(*tables):
-        assert lost[a] == pytest.approx(1 - wall_best / ideal_best, abs=0.011)
+        # The share is printed from unrounded speed-ups; the bests are printed to 0.01, so recomputing it
+        # from them is off by up to 0.005 / ideal_best (plus the share's own rounding to 1%).
+        assert lost[a] == pytest.approx(1 - wall_best / ideal_best, abs=0.006 / ideal_best + 0.011)
 
 
 def test_a_server_that_cannot_be_reached_is_an_error_not_a_traceback():
