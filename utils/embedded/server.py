@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 from config import Settings
@@ -25,9 +28,25 @@ def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
             "and read their answers; the API has no authentication",
             file=sys.stderr,
         )
+    _exit_with_parent()
     app = create_app(ModelStore(settings.models_dir), threads=os.cpu_count() or 2, batch=batch,
                      fast_batches=settings.fast_batches)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+
+
+def _exit_with_parent() -> None:
+    """Started as a child (EmbeddedServer sets SPEC_PARENT_PID): stop when that parent is gone, even
+    if it was killed without stopping us (a test run ended by a signal), instead of running on."""
+    parent = os.environ.get("SPEC_PARENT_PID")
+    if not parent or not parent.isdigit():
+        return
+
+    def watch() -> None:
+        while os.getppid() == int(parent):
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGTERM)  # uvicorn's own graceful shutdown
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 class EmbeddedServer:
@@ -46,6 +65,7 @@ class EmbeddedServer:
             [sys.executable, str(CLI), "serve", "--host", "127.0.0.1", "--port", str(self.port)]
             + ([] if self.batch else ["--no-batch"]),
             stdout=log, stderr=log, start_new_session=True,
+            env={**os.environ, "SPEC_PARENT_PID": str(os.getpid())},
         )
         problem = wait_until_healthy(self.process, f"{self.url}/api/version", timeout)
         if problem:
