@@ -132,7 +132,8 @@ class SpeculativeDecoder:
         else:
             tokens = answer.controller.segment_tokens()
             if answer.short_segment:
-                tokens = min(SHORT_SEGMENT_TOKENS << min(max(answer.empty_drafts - 1, 0), 8), max(tokens, 4))
+                doubled = SHORT_SEGMENT_TOKENS << min(max(answer.empty_drafts - 1, 0), 8)
+                tokens = min(doubled, max(tokens, SHORT_SEGMENT_TOKENS))
         request = {**options.to_ollama(), "num_ctx": self.config.num_ctx, "num_predict": output.remaining}
         if not options.greedy:
             seed = answer.resume_seed

@@ -25,8 +25,8 @@ from utils.api import openai
 from utils.api.http import MAX_BODY_BYTES, NDJSON, json_response
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.config import EngineConfig
-from utils.engine.decoder import SpeculativeDecoder
-from utils.engine.drafters import Drafter, DraftSetup, build_drafter
+from utils.engine.decoder import SpeculativeDecoder, build_decoder
+from utils.engine.drafters import Drafter
 from utils.engine.events import GenerationError
 from utils.proxy import answers
 from utils.proxy.forward import forward
@@ -58,10 +58,9 @@ class _Drafters:
 
     async def decoder(self, model: str, engine: EngineConfig) -> SpeculativeDecoder:
         async with self.lock:
-            if model not in self.built:
-                await self.target.show(model)  # Ollama's own 404 for a model upstream does not have
-                setup = DraftSetup(self.target, model, self.draft, engine)
-                self.built[model] = await build_drafter(self.config.pairs[model], setup)
+            if model not in self.built:  # build_decoder answers Ollama's own 404 for an unknown model
+                built = await build_decoder(engine, self.target, model, self.config.pairs[model], self.draft)
+                self.built[model] = built.drafter
         return SpeculativeDecoder(self.target, model, self.built[model], engine)
 
 
