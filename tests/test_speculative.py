@@ -17,6 +17,7 @@ from utils.engine.client import OllamaServer
 from utils.engine.decoder import build_decoder
 from utils.engine.events import DoneEvent, FallbackEvent, RoundEvent, TextEvent
 from utils.engine.request import GenerationRequest
+from utils.engine.validator import PromptPrefixValidator
 from utils.sampling import SamplingOptions, text_distribution
 
 PROMPTS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" / "bench.jsonl").open()]
@@ -59,6 +60,42 @@ async def test_greedy_speculative_equals_standard(server_url, target, drafter):
         drafted += speculative["stats"]["drafted_tokens"]
         accepted += speculative["stats"]["accepted_tokens"]
     assert drafted > 0 and accepted > 0  # speculation really ran, and the drafts were used
+
+
+@pytest.mark.parametrize("late", ["drafts", "context"])
+async def test_greedy_exact_when_bursts_arrive_split(server_url, monkeypatch, late):
+    """On a busy machine a validator burst can reach the server in two parts, each evaluated apart
+    (and the longer prompts first when the context's request is the late one). Here every burst is
+    split at a varying point by holding part of its requests back for 50 ms, longer than the server
+    waits for a burst: the answers must still be the standard ones."""
+    import asyncio
+
+    real_verify, real_next_token = PromptPrefixValidator.verify, OllamaServer.next_token
+    burst: list[str] = []
+    rounds = [0]
+
+    async def verify(self, *args, **kwargs):
+        burst.clear()
+        rounds[0] += 1
+        return await real_verify(self, *args, **kwargs)
+
+    async def next_token(self, model, prompt, options, top=0):
+        burst.append(prompt)  # the validator sends its requests in order: context, context+d1, ...
+        index, split = len(burst) - 1, 1 + rounds[0] % 3
+        if (index >= split) == (late == "drafts"):
+            await asyncio.sleep(0.05)
+        return await real_next_token(self, model, prompt, options, top)
+
+    monkeypatch.setattr(PromptPrefixValidator, "verify", verify)
+    monkeypatch.setattr(OllamaServer, "next_token", next_token)
+    drafted = 0
+    for prompt in EQUALITY_PROMPTS[:4]:
+        request = GenerationRequest(prompt=prompt["prompt"], max_tokens=EQUALITY_TOKENS, k=4)
+        standard = await answer(server_url, "qwen2.5-coder:0.5b", "none", request)
+        speculative = await answer(server_url, "qwen2.5-coder:0.5b", SMALL, request)
+        assert speculative["text"] == standard["text"], prompt["id"]
+        drafted += speculative["stats"]["drafted_tokens"]
+    assert drafted > 0
 
 
 async def test_standard_path_equals_ollama_chat(server_url, client):
