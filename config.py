@@ -30,6 +30,9 @@ class Settings(BaseSettings):
     # The embedded server's faster batch kernels (weight repacking) round a row differently inside a
     # batch than alone: greedy speculative answers may then differ from standard ones at near ties.
     fast_batches: bool = False
+    # Layers the embedded server puts on the GPU when llama.cpp was built with one (scripts/install.sh
+    # builds with CUDA where nvcc is found): -1 all, 0 none. A CPU-only build ignores it.
+    gpu_layers: int = Field(default=-1, ge=-1)
 
     # Models, named as in utils/embedded/models.json (Ollama library tags).
     target_model: str = "qwen2.5-coder:1.5b"

@@ -32,8 +32,9 @@ DEFAULT_NUM_CTX = 4096
 class Models:
     """Loaded runners by name; a request with another num_ctx reloads the model, as Ollama does."""
 
-    def __init__(self, store: ModelStore, threads: int, batch: bool, fast_batches: bool):
+    def __init__(self, store: ModelStore, threads: int, batch: bool, fast_batches: bool, gpu_layers: int):
         self.store, self.threads, self.batch, self.fast_batches = store, threads, batch, fast_batches
+        self.gpu_layers = gpu_layers
         self.runners: dict[str, ModelRunner] = {}
         self.lock = asyncio.Lock()
 
@@ -66,7 +67,7 @@ class Models:
             try:
                 runner = await asyncio.to_thread(
                     ModelRunner, spec.name, self.store.path(spec.name), wanted, self.threads, self.batch,
-                    self.fast_batches,
+                    self.fast_batches, self.gpu_layers,
                 )
             except Exception as error:  # noqa: BLE001 - a corrupt file must be a message, not a crash
                 self.runners.pop(spec.name, None)
@@ -110,13 +111,14 @@ def render_chat(runner: ModelRunner, messages: list[dict[str, Any]]) -> str:
 # -- the app ------------------------------------------------------------------------------------
 
 
-def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_batches: bool = False) -> FastAPI:
+def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_batches: bool = False,
+               gpu_layers: int = -1) -> FastAPI:
     app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION,
                   default_response_class=JSONResponse)
     app.add_middleware(BodyLimit)
     app.add_middleware(CountArrivals)  # outermost: a request counts from its first byte
     install_error_handlers(app)
-    models = Models(store, threads, batch, fast_batches)
+    models = Models(store, threads, batch, fast_batches, gpu_layers)
     app.state.models = models
 
     @app.on_event("shutdown")
@@ -140,7 +142,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         return {
             "models": [
                 {**_model_entry(store.spec(name)), "expires_at": "0001-01-01T00:00:00Z",
-                 "size_vram": 0, "context_length": runner.num_ctx}
+                 "size_vram": runner.vram_bytes, "context_length": runner.num_ctx}
                 for name, runner in models.runners.items()
             ]
         }

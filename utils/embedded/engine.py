@@ -20,6 +20,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+# On a CUDA build, loading llama.cpp's libraries after numpy's made every model load segfault (seen
+# on an H100 machine image); the server process imports this module before anything imports numpy
+# (server.serve), and this line keeps llama.cpp first here too.
+from llama_cpp import Llama, llama_cpp
+
+# isort: split
 import numpy as np
 
 from utils.embedded.cache import TokenCache, common_prefix
@@ -76,8 +82,6 @@ def _piece(vocab: object, token: int) -> bytes:
     spaces in code, to nothing.)"""
     import ctypes
 
-    from llama_cpp import llama_cpp
-
     size = 64
     while True:
         buffer = ctypes.create_string_buffer(size)
@@ -110,10 +114,11 @@ class ModelRunner:
     """A loaded model, its KV cache and the thread that owns both."""
 
     def __init__(self, name: str, path: Path, num_ctx: int, threads: int, batch: bool = True,
-                 fast_batches: bool = False):
-        from llama_cpp import Llama, llama_cpp
-
+                 fast_batches: bool = False, gpu_layers: int = -1):
         self.name, self.path, self.num_ctx = name, path, num_ctx
+        # With a GPU backend (a CUDA or Metal build) the layers live on the GPU: -1 means all of them.
+        # On a CPU-only build llama.cpp ignores the setting; it is set to 0 so that /api/ps says so.
+        self.gpu_layers = gpu_layers if llama_cpp.llama_supports_gpu_offload() else 0
         self.batch = batch  # False: one request per evaluation, like Ollama with OLLAMA_NUM_PARALLEL=1
         # Repacked weights have faster batch kernels, but they round a row differently in a batch than
         # alone, so a verified token could differ from the standard one at a near tie. Without them
@@ -121,7 +126,7 @@ class ModelRunner:
         with _model_defaults(use_extra_bufts=fast_batches):
             self.llama = Llama(
                 model_path=str(path), n_ctx=num_ctx, n_batch=512, n_threads=threads,
-                n_threads_batch=threads, logits_all=False, verbose=False,
+                n_threads_batch=threads, logits_all=False, verbose=False, n_gpu_layers=self.gpu_layers,
             )
         self.current: Job | None = None
         model = self.llama._model
@@ -158,6 +163,13 @@ class ModelRunner:
             batch.seq_id[i][0] = 0
 
     @property
+    def vram_bytes(self) -> int:
+        """About how much of the model's weights the GPU holds (Ollama's `size_vram`)."""
+        layers = self.llama._model.n_layer()
+        on_gpu = layers if self.gpu_layers < 0 else min(self.gpu_layers, layers)
+        return self.path.stat().st_size * on_gpu // max(layers, 1)
+
+    @property
     def metadata(self) -> dict[str, str]:
         return dict(self.llama.metadata)
 
@@ -177,8 +189,6 @@ class ModelRunner:
 
     def vocabulary(self) -> list[str]:
         """Token strings as the GGUF file writes them (what Ollama's verbose /api/show lists)."""
-        from llama_cpp import llama_cpp
-
         vocab = llama_cpp.llama_model_get_vocab(self.llama._model.model)
         return [
             llama_cpp.llama_vocab_get_text(vocab, t).decode("utf-8", errors="replace")

@@ -17,11 +17,19 @@ from utils.processes import free_port, stop_process, wait_until_healthy
 CLI = Path(__file__).resolve().parents[2] / "cli.py"
 
 
-def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
-    import uvicorn
+def load_engine():  # noqa: ANN201 - returns create_app, imported here so that the launcher stays light
+    """The server's app factory, loaded with llama.cpp's libraries before numpy's (see engine.py)."""
+    import utils.embedded.engine  # noqa: F401, I001 - first
 
     from utils.embedded.api import create_app
 
+    return create_app
+
+
+def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
+    import uvicorn
+
+    create_app = load_engine()
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(
             f"warning: listening on {host}: anyone who can reach this address can run the models "
@@ -30,7 +38,7 @@ def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
         )
     _exit_with_parent()
     app = create_app(ModelStore(settings.models_dir), threads=os.cpu_count() or 2, batch=batch,
-                     fast_batches=settings.fast_batches)
+                     fast_batches=settings.fast_batches, gpu_layers=settings.gpu_layers)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
 
 
