@@ -119,7 +119,7 @@ def run_jobs(runner, prompts: list[bytes], num_predict: int, together: bool) -> 
     for them: (tokens made, completion) of each."""
     import threading
 
-    from utils.embedded.engine import ARRIVALS, Job
+    from utils.embedded.jobs import ARRIVALS, Job
     from utils.sampling import SamplingOptions
 
     results = []

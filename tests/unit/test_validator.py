@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from utils import burst
 from utils.engine.client import Step, Token
 from utils.engine.drafters import Draft
 from utils.engine.validator import (
@@ -300,10 +301,12 @@ class RecordingServer:
     """An in-process stand-in for OllamaServer.next_token: answers from a table, records every call."""
 
     def __init__(self, answers: dict[str, Step]):
-        self.answers, self.calls = answers, []
+        self.answers, self.calls, self.bursts = answers, [], []
 
-    async def next_token(self, model: str, prompt: str, options: dict, top_logprobs: int = 0) -> Step:
+    async def next_token(self, model: str, prompt: str, options: dict, top_logprobs: int = 0,
+                         burst: dict[str, str] | None = None) -> Step:
         self.calls.append((model, prompt, options, top_logprobs))
+        self.bursts.append(burst)
         return self.answers[prompt]
 
 
@@ -314,6 +317,10 @@ async def test_verify_greedy_sends_every_prefix_and_counts_the_prompt() -> None:
     assert server.calls == [("target", prompt, {"num_ctx": 2048, "temperature": 0}, 0)
                             for prompt in ("ctx", "ctxA", "ctxAX")]
     assert verdict == Verdict(accepted=1, pieces=[("A", "draft"), ("B", "correction")], prompt_tokens=7)
+    # all three announce one burst of three, so that the embedded server evaluates them together
+    assert len({str(b) for b in server.bursts}) == 1 and burst.parse(server.bursts[0][burst.HEADER])[1] == 3
+    await validator.verify("ctx", Draft(["A", "X"]), GREEDY, "greedy", np.random.default_rng(0))
+    assert server.bursts[3] != server.bursts[0]  # the next round is another burst
 
 
 async def test_verify_sample_match_gives_each_position_its_own_seed() -> None:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from config import Settings
+from utils.burst import announce
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.decoder import build_decoder
@@ -160,7 +161,8 @@ async def check_parallel(settings: Settings, server: OllamaServer, model: str, w
             await server.next_token(model, prompt, options)
 
     async def all_at_once(prompts: list[str]) -> None:
-        await asyncio.gather(*(server.next_token(model, prompt, options) for prompt in prompts))
+        burst = announce(len(prompts))  # as the validator does
+        await asyncio.gather(*(server.next_token(model, prompt, options, 0, burst) for prompt in prompts))
 
     await server.next_token(model, "Hello", options)  # loads the model
     sequential, concurrent = [], []

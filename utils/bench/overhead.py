@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from utils.burst import announce
+
 KS = (2, 4, 8)
 RATES = (0.6, 0.7, 0.8, 0.9)
 STANDARD_TOKENS = 16
@@ -101,8 +103,8 @@ class Bench:
                 "top_logprobs": top, "options": {"temperature": 0, "num_predict": num_predict,
                                                  "num_ctx": self.num_ctx}}
 
-    async def one(self, model: str, prompt: str) -> dict:
-        response = await self.http.post("/api/generate", json=self._body(model, prompt, 1, False, 0))
+    async def one(self, model: str, prompt: str, burst: dict[str, str] | None = None) -> dict:
+        response = await self.http.post("/api/generate", json=self._body(model, prompt, 1, False, 0), headers=burst)
         if response.status_code != 200:
             raise RuntimeError(f"{self.url} answered {response.status_code}: {response.text[:300]}")
         return response.json()
@@ -141,7 +143,8 @@ class Bench:
 
     async def burst(self, prompts: list[str]) -> Sample:
         started = time.perf_counter()
-        answers = await asyncio.gather(*(self.one(self.target, prompt) for prompt in prompts))
+        burst = announce(len(prompts))  # as the engine's validator does
+        answers = await asyncio.gather(*(self.one(self.target, prompt, burst) for prompt in prompts))
         wall = (time.perf_counter() - started) * 1000
         # Requests answered from one evaluation report the same prompt_eval_duration.
         evaluations = len({a.get("prompt_eval_duration") for a in answers})

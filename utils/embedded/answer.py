@@ -15,9 +15,11 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from utils import burst
 from utils.api.http import ApiError, json_response, ndjson_line, ndjson_response, now
 from utils.api.schemas import Common
-from utils.embedded.engine import ARRIVALS, Completion, EngineError, Job, ModelRunner, TokenInfo
+from utils.embedded.engine import ModelRunner
+from utils.embedded.jobs import ARRIVALS, Completion, EngineError, Job, TokenInfo
 from utils.embedded.text import TextAssembler
 
 _ARRIVAL = "embedded.arrival"
@@ -124,6 +126,7 @@ async def answer(request: Request, runner: ModelRunner, body: Common, prompt: st
                  chat: bool) -> Response:
     """Run one job; stream NDJSON chunks, or collect them into one response."""
     job = _job(body, prompt)
+    job.burst = burst.parse(request.headers.get(burst.HEADER))
     assembler = TextAssembler(body.options.stops())
     if body.stream:
         return await _streamed(request, runner, body, job, assembler, load, chat)

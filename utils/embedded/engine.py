@@ -28,19 +28,10 @@ from llama_cpp import Llama, llama_cpp
 # isort: split
 import numpy as np
 
+from utils.embedded.bursts import gather
 from utils.embedded.cache import TokenCache, common_prefix
-from utils.embedded.jobs import ARRIVALS, Completion, EngineError, Job, TokenInfo
+from utils.embedded.jobs import Completion, EngineError, Job, TokenInfo
 from utils.sampling import log_sum_exp, sample
-
-# A validator's K+1 requests reach the server a little apart (each is sent and parsed on its own).
-# After a one-token request, the worker waits while requests that have arrived are still being
-# parsed, and for a short quiet gap after the latest arrival; never longer than the cap. A lone
-# request waits at most what is left of the gap after its own parsing.
-BURST_GAP_SECONDS = 0.001
-BURST_MAX_SECONDS = 0.040
-BURST_POLL_SECONDS = 0.0002
-BURST_LATE_SECONDS = 0.010  # how long a burst smaller than the last one waits for the rest
-BURST_GROWING_GAP_SECONDS = 0.003  # the quiet gap for a burst already larger than the last one
 
 EXACT_ROWS = 7
 TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
@@ -217,7 +208,7 @@ class ModelRunner:
             taken = time.perf_counter_ns()
             burst = [job]
             if job.num_predict == 1 and self.batch:
-                self._gather(burst)
+                self.expected_burst = gather(self.jobs, burst, self.expected_burst)
             gathered = time.perf_counter_ns()
             groups = self._nested_groups(burst)
             if TRACE:
@@ -229,36 +220,6 @@ class ModelRunner:
                 self.current = group[-1]
                 self._run_group(group)
                 self.current = None
-
-    def _gather(self, burst: list[Job]) -> None:
-        """Add the jobs that arrive while requests are still being read, or within a short gap.
-
-        A validator sends bursts of about the same size round after round; while this burst has
-        fewer jobs than the last one, a request that is late (a busy client, a busy machine) is
-        waited for a little longer, since evaluating it apart costs a whole llama_decode.
-        """
-        started = time.monotonic()
-        cap = started + BURST_MAX_SECONDS
-        while True:
-            try:
-                more = self.jobs.get_nowait()
-            except queue.Empty:
-                now = time.monotonic()
-                # A burst larger than the last one may still be growing: a longer gap.
-                gap = BURST_GROWING_GAP_SECONDS if len(burst) > max(self.expected_burst, 1) else BURST_GAP_SECONDS
-                quiet = ARRIVALS.in_flight <= 0 and now - ARRIVALS.last >= gap
-                short = len(burst) < self.expected_burst and now - started < BURST_LATE_SECONDS
-                if now >= cap or (quiet and not short):
-                    break
-                try:
-                    more = self.jobs.get(timeout=BURST_POLL_SECONDS)
-                except queue.Empty:
-                    continue
-            if more is None:
-                self.jobs.put(None)
-                break
-            burst.append(more)
-        self.expected_burst = len(burst)
 
     def _nested_groups(self, burst: list[Job]) -> list[list[Job]]:
         """Tokenize the burst shortest first and chain prompts that extend one another."""

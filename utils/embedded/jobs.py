@@ -80,3 +80,4 @@ class Job:
     version: int = -1
     submitted: int = 0  # time.perf_counter_ns() when it was handed to the worker
     walked: int = 0  # leading tokens that TokenCache.tokenize gave (the rest: a nested prompt's extra text)
+    burst: tuple[str, int] | None = None  # (id, size) of the validator burst it announced (utils/burst.py)

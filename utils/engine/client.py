@@ -142,9 +142,10 @@ class OllamaServer:
             kind = ServerError
         return kind(message, status, self.host)
 
-    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None = None,
+                       headers: dict[str, str] | None = None) -> Any:
         try:
-            response = await self.http.request(method, path, json=body)
+            response = await self.http.request(method, path, json=body, headers=headers)
         except Exception as error:  # noqa: BLE001 - one exception type out
             raise self._error(error) from None
         if response.status_code >= 400:
@@ -230,12 +231,14 @@ class OllamaServer:
                         (message.get("done_reason") or "stop") if done else None,
                         message.get("prompt_eval_count") or 0)
 
-    async def next_token(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0) -> Step:
+    async def next_token(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
+                         burst: dict[str, str] | None = None) -> Step:
         """The model's next token after `prompt` (raw, `num_predict` 1): one validator position.
+        `burst`: the header that announces the validator burst it belongs to (utils/burst.py).
 
         Not streamed: one small JSON body instead of two NDJSON messages."""
         body = self._generate_body(model, prompt, {**options, "num_predict": 1}, top_logprobs, stream=False)
-        message = await self._request("POST", "/api/generate", body)
+        message = await self._request("POST", "/api/generate", body, burst)
         tokens = _tokens(message)
         return Step(tokens[0] if tokens else None, message.get("done_reason") or "stop",
                     message.get("prompt_eval_count") or 0)

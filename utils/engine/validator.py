@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from utils.burst import announce
 from utils.engine.client import OllamaServer, Step
 from utils.engine.drafters import Draft
 from utils.sampling import SamplingOptions, text_distribution
@@ -73,8 +74,9 @@ class PromptPrefixValidator:
             seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=len(prompts))]
         elif method == "rejection":
             top = MAX_TOP_LOGPROBS
+        burst = announce(len(prompts))
         steps = await asyncio.gather(*(
-            self.server.next_token(self.model, prompt, base if seed is None else {**base, "seed": seed}, top)
+            self.server.next_token(self.model, prompt, base if seed is None else {**base, "seed": seed}, top, burst)
             for prompt, seed in zip(prompts, seeds)
         ))
         if method == "rejection":
