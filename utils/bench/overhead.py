@@ -156,7 +156,7 @@ class Bench:
         samples, prompt = [], context
         for step in range(ONE_TOKEN_STEPS + 1):
             started = time.perf_counter()
-            answer = await self.one(self.target, prompt)
+            answer = await self.one(self.target, prompt, announce(1))  # a burst of one: nothing to wait for
             wall = (time.perf_counter() - started) * 1000
             if step:
                 samples.append(Sample(wall, answer["total_duration"] / 1e6))

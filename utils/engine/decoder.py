@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from utils.burst import announce
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.config import EngineConfig
 from utils.engine.controller import DraftLengthController, controller_for
@@ -229,7 +230,7 @@ class SpeculativeDecoder:
             # server's last message): one token's request on the cached prompt tells it.
             try:
                 step = await self.target.next_token(self.target_model, answer.prompt,
-                                                    {"num_ctx": self.config.num_ctx, "temperature": 0})
+                                                    {"num_ctx": self.config.num_ctx, "temperature": 0}, 0, announce(1))
                 stats.prompt_tokens = step.prompt_tokens
             except ServerError:
                 pass  # the answer is complete; its statistics lack the prompt's size
