@@ -106,6 +106,10 @@ async def test_ps_lists_a_loaded_model(client):
     installed = {model.model: model for model in (await client.list()).models}
     assert running[SMALL].size == installed[SMALL].size
     assert running[SMALL].context_length == DEFAULT_NUM_CTX
+    from llama_cpp import llama_supports_gpu_offload
+
+    # All layers on the GPU where llama.cpp has one (SPEC_GPU_LAYERS -1); none on a CPU-only build
+    assert running[SMALL].size_vram == (running[SMALL].size if llama_supports_gpu_offload() else 0)
 
 
 # -- generate and chat --------------------------------------------------------------------------------

@@ -156,7 +156,7 @@ class ModelRunner:
     @property
     def vram_bytes(self) -> int:
         """About how much of the model's weights the GPU holds (Ollama's `size_vram`)."""
-        layers = self.llama._model.n_layer()
+        layers = llama_cpp.llama_model_n_layer(self.llama._model.model)
         on_gpu = layers if self.gpu_layers < 0 else min(self.gpu_layers, layers)
         return self.path.stat().st_size * on_gpu // max(layers, 1)
 
