@@ -28,6 +28,8 @@ from utils.api.openai import error_body
 from utils.api.schemas import Options
 from utils.embedded.engine import _COMPUTE  # one OpenMP team for every llama.cpp evaluation
 
+CAUSAL_MICRO_BATCH = 512
+
 
 class Embedder:
     """A model's embedding context; `vector` runs on the compute thread, one input at a time."""
@@ -36,10 +38,18 @@ class Embedder:
         from llama_cpp import Llama, llama_cpp
 
         self.name, self.num_ctx = name, num_ctx
-        # The whole input is one micro-batch: pooled (non-causal) models need every token in it.
-        self.llama = Llama(model_path=str(path), embedding=True, n_ctx=num_ctx, n_batch=num_ctx, n_ubatch=num_ctx,
-                           n_threads=threads, n_threads_batch=threads, verbose=False)
+
+        def load(micro_batch: int) -> Llama:
+            return Llama(model_path=str(path), embedding=True, n_ctx=num_ctx, n_batch=num_ctx, n_ubatch=micro_batch,
+                         n_threads=threads, n_threads_batch=threads, verbose=False)
+
+        # A causal model's last-token state can be computed in micro-batches (one of the whole context
+        # was many times slower here); a pooled model needs the whole input in one, so it loads again.
+        self.llama = load(min(num_ctx, CAUSAL_MICRO_BATCH))
         self.pooled = self.llama.pooling_type() != llama_cpp.LLAMA_POOLING_TYPE_NONE
+        if self.pooled and num_ctx > CAUSAL_MICRO_BATCH:
+            self.llama.close()
+            self.llama = load(num_ctx)
         self.size = self.llama.n_embd()
         self.context_length = int(self.llama.metadata.get(f"{self.llama.metadata.get('general.architecture')}"
                                                           ".context_length", num_ctx))
