@@ -212,7 +212,8 @@ def _create_source(body: CreateBody, extra: dict[str, Any]) -> tuple[str, str | 
         return "", ggufs[0][1]
     if not source:
         raise ApiError("neither 'from' nor 'files' was specified", 400)
-    if "/" in source and not source.startswith(("/", "~")) and names.canonical(source) is None:
+    looks_like_a_file = source.lower().endswith(".gguf") or source.startswith(".") or names.canonical(source) is None
+    if looks_like_a_file and not source.startswith(("/", "~")):
         raise ApiError(f"give an absolute path to the GGUF file, not a relative one: {source}", 400)
     return source, None
 
