@@ -156,3 +156,17 @@ async def test_cors_allows_what_ollama_allows_by_default(server_url):
         assert reply.status_code == 400 and "access-control-allow-origin" not in reply.headers
         reply = await h.get("/api/tags", headers={"Origin": "https://evil.example"})
         assert reply.status_code == 200 and "access-control-allow-origin" not in reply.headers
+
+
+async def test_template_and_context_are_refused_not_dropped(server_url):
+    async with http(server_url) as h:
+        for body, words in (
+            ({"model": SMALL, "prompt": "Hi", "template": "{{ .Prompt }}"}, "template is not supported"),
+            ({"model": SMALL, "prompt": "Hi", "context": [1, 2, 3]}, "context is not supported"),
+        ):
+            reply = await h.post("/api/generate", json=body)
+            assert reply.status_code == 501 and words in reply.json()["error"], (body, reply.text)
+        reply = await h.post("/api/generate", json={"model": SMALL, "prompt": "Hi", "context": [], "stream": False,
+                                                    "options": QUICK})
+        assert reply.status_code == 200  # an empty context asks for nothing
+    await still_serving(server_url)

@@ -24,7 +24,12 @@ from utils.api.http import ApiError, BodyLimit, JSONResponse, install_error_hand
 from utils.api.schemas import ChatBody, GenerateBody, ShowBody
 from utils.embedded import embeddings, management
 from utils.embedded.answer import CountArrivals, answer, final_response
-from utils.embedded.capabilities import capabilities, fill_in_middle, refuse_unsupported
+from utils.embedded.capabilities import (
+    capabilities,
+    fill_in_middle,
+    refuse_template_and_context,
+    refuse_unsupported,
+)
 from utils.embedded.embeddings import Embedder
 from utils.embedded.engine import ModelRunner
 from utils.embedded.models import ModelError, ModelStore
@@ -248,6 +253,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
             return final_response(body.model, "unload", None, 0.0, chat=False, stream=body.stream)
         runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
         refuse_unsupported(body.model, body.model_extra or {})
+        refuse_template_and_context(body.template, body.context)
         if body.suffix:
             prompt = fill_in_middle(runner, body.model, body.prompt, body.suffix, system=body.system, raw=body.raw)
         elif body.raw:

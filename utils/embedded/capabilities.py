@@ -50,6 +50,17 @@ def refuse_unsupported(model: str, extra: dict[str, Any], messages: list[dict[st
         raise ApiError(NO_VISION, 400)
 
 
+def refuse_template_and_context(template: str | None, context: list[int] | None) -> None:
+    """/api/generate's `template` (a Go template) and `context` (an earlier answer's token encoding):
+    neither can be applied here, and dropping them would answer another question."""
+    if template:
+        raise ApiError("template is not supported by the embedded server: it renders prompts with the model's "
+                       "own chat template; send raw: true with the prompt already formatted instead", 501)
+    if context:
+        raise ApiError("context is not supported by the embedded server: send the conversation as messages to "
+                       "/api/chat instead", 501)
+
+
 def fill_in_middle(runner: ModelRunner, model: str, prompt: str, suffix: str, *, system: str | None,
                    raw: bool) -> str:
     """The prompt for a non-raw generate with `suffix`: prefix token, prompt, suffix token, suffix,
