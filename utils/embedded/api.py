@@ -314,7 +314,8 @@ def _model_entry(spec) -> dict[str, Any]:
             "format": "gguf",
             "family": spec.family.rstrip("0123456789.").split("-")[0],
             "families": [spec.family],
-            "parameter_size": tag.upper(),
+            # Catalogue tags are sizes ("135m"); a registered name's tag may be anything ("latest").
+            "parameter_size": tag.upper() if re.fullmatch(r"\d+(\.\d+)?[bm]", tag) else "unknown",
             "quantization_level": quant.group(1).upper() if quant else "unknown",
         },
     }
