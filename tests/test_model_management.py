@@ -233,3 +233,31 @@ def test_ollama_origins_adds_allowed_origins(managed):
         reply = http.options("/api/chat", headers={"Origin": "https://evil.example",
                                                    "Access-Control-Request-Method": "POST"})
         assert reply.status_code == 400 and "access-control-allow-origin" not in reply.headers
+
+
+def test_pull_joins_the_catalogue_wheels_with_progress(tmp_path, monkeypatch):
+    """The installer's own path, offline: the wheel it would download from PyPI is already in its
+    downloads folder (made here from the installed file), so /api/pull joins it and reports the bytes."""
+    import zipfile
+
+    data = tmp_path / "data"
+    part = SPEC.parts[0]
+    downloads = data / "models" / "downloads" / SPEC.family
+    downloads.mkdir(parents=True)
+    wheel = downloads / f"{part.package.replace('-', '_')}-{part.version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_STORED) as archive:
+        archive.write(SHARED_FILE, part.member)
+    monkeypatch.setenv("SPEC_DATA_DIR", str(data))
+    monkeypatch.delenv("SPEC_MODEL_SOURCES", raising=False)
+    server = EmbeddedServer(log_path=tmp_path / "server.log")
+    server.start()
+    try:
+        client = ollama.Client(host=server.url)
+        events = list(client.pull(SMALL, stream=True))
+        layer = [event for event in events if event.digest]
+        assert events[0].status == "pulling manifest" and events[-1].status == "success"
+        assert len(layer) >= 3 and layer[-1].completed == layer[-1].total == SPEC.size
+        assert not wheel.exists()  # the installer removes the wheels once the model is complete
+        assert tags(client)[SMALL].size == SPEC.size and answers(client, SMALL)
+    finally:
+        server.stop()
