@@ -115,3 +115,13 @@ async def test_openai_sdk_embeddings(server_url):
             reply = await http.post("/v1/embeddings", json=body)
             assert reply.status_code == 400 and reply.json()["error"]["message"], reply.text
     await still_serving(server_url)
+
+
+def test_langchain_ollama_embeddings(server_url):
+    from langchain_ollama import OllamaEmbeddings
+
+    embedder = OllamaEmbeddings(model=SMALL, base_url=server_url)
+    documents = embedder.embed_documents(["first", "second"])
+    query = embedder.embed_query("first")
+    assert np.array(documents).shape == (2, WIDTH)
+    assert np.allclose(query, documents[0], atol=1e-6)
