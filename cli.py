@@ -20,9 +20,10 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
     import uvicorn
 
+    from utils.api.cors import origins_from_env
     from utils.engine.client import OllamaServer, ServerError
     from utils.hosts import HostError, target_host
-    from utils.proxy.app import ProxyConfig, create_proxy, is_loopback, origins_from_env
+    from utils.proxy.app import ProxyConfig, create_proxy, is_loopback
     from utils.proxy.pairs import PairError, default_pairs, parse_pairs
 
     settings = get_settings()
@@ -57,12 +58,18 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 def cmd_models(args: argparse.Namespace) -> int:
     from utils.embedded.models import ModelError, ModelStore
 
-    store = ModelStore(get_settings().models_dir)
+    store = ModelStore(get_settings().models_dir, get_settings().source_dirs)
     if args.action == "list":
         for name, spec in store.catalogue.items():
             state = "installed" if store.is_installed(name) else "not installed"
             print(f"{name:22} {spec.size / 1e6:8,.0f} MB  {state:13}  {spec.description}")
+        for name in store.registry.names():
+            spec = store.spec(name)
+            state = "registered" if store.is_installed(name) else "file missing"
+            print(f"{name:22} {spec.size / 1e6:8,.0f} MB  {state:13}  {spec.file}")
         return 0
+    if args.action in ("add", "import-ollama"):
+        return _register(store, args)
     names = args.names or [get_settings().target_model, get_settings().draft_model, "smollm2:135m"]
     for name in names:
         try:
@@ -71,6 +78,34 @@ def cmd_models(args: argparse.Namespace) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 1
     return 0
+
+
+def _register(store, args: argparse.Namespace) -> int:
+    """`models add NAME FILE.gguf` and `models import-ollama [DIR]`: serve files where they are."""
+    from pathlib import Path
+
+    from utils.embedded.library import DEFAULT_OLLAMA_DIR, LibraryError, import_ollama, register_file
+
+    try:
+        if args.action == "add":
+            if len(args.names) != 2:
+                print("usage: python cli.py models add NAME FILE.gguf", file=sys.stderr)
+                return 2
+            spec = register_file(store, args.names[0], Path(args.names[1]), f"models add {args.names[1]}")
+            print(f"{spec.name}: registered ({spec.file}, {spec.size / 1e6:,.0f} MB, sha256 {spec.sha256[:12]}…)")
+            return 0
+        if len(args.names) > 1:
+            print("usage: python cli.py models import-ollama [DIR]", file=sys.stderr)
+            return 2
+        imported = import_ollama(store, Path(args.names[0]) if args.names else DEFAULT_OLLAMA_DIR)
+    except LibraryError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    for item in imported:
+        print(f"{item.name}: {item.note}")
+    if not imported:
+        print("no models found", file=sys.stderr)
+    return 0 if any(item.note.startswith("registered") for item in imported) else 1
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -234,8 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--insecure", action="store_true", help="allow a non-loopback address without an API key")
     proxy.set_defaults(run=cmd_proxy)
 
-    models = commands.add_parser("models", help="list or install the bundled models")
-    models.add_argument("action", choices=["list", "install"])
+    models = commands.add_parser("models", help="list or install the bundled models, register your own GGUF files")
+    models.add_argument("action", choices=["list", "install", "add", "import-ollama"],
+                        help="add NAME FILE.gguf: serve your GGUF file; import-ollama [DIR]: the models of an "
+                             "Ollama installation (default ~/.ollama/models), used in place")
     models.add_argument("names", nargs="*", help="model names (install: default target, draft, smollm2)")
     models.set_defaults(run=cmd_models)
 

@@ -6,6 +6,7 @@ name every Ollama tool uses. Out-of-range values fail at start-up with pydantic'
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -51,6 +52,9 @@ class Settings(BaseSettings):
 
     # Files. Models and conversations live outside the repository.
     data_dir: Path = DEFAULT_DATA_DIR
+    # Other models folders (os.pathsep-separated) whose installed files an install or /api/pull copies
+    # instead of downloading them: another data dir, a shared cache, a machine without network.
+    model_sources: str = ""
 
     @model_validator(mode="before")
     @classmethod
@@ -68,6 +72,10 @@ class Settings(BaseSettings):
     @property
     def models_dir(self) -> Path:
         return self.data_dir / "models"
+
+    @property
+    def source_dirs(self) -> list[Path]:
+        return [Path(folder).expanduser() for folder in self.model_sources.split(os.pathsep) if folder.strip()]
 
     @property
     def database_path(self) -> Path:

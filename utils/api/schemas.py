@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from utils.api.http import ApiError
 from utils.sampling import SamplingOptions
@@ -24,6 +24,12 @@ class Options(BaseModel):
     seed: int | None = None
     stop: list[str] | str | None = None
     num_ctx: int | None = Field(None, ge=16, le=131072)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_unset(cls, values: Any) -> Any:
+        """Ollama skips an option sent as null (api.Options.FromMap); LangChain sends its unset ones so."""
+        return {k: v for k, v in values.items() if v is not None} if isinstance(values, dict) else values
 
     def sampling(self) -> SamplingOptions:
         seed = None if self.seed is None or self.seed < 0 else self.seed

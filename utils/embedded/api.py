@@ -19,66 +19,139 @@ from fastapi.responses import PlainTextResponse
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from starlette.responses import Response
 
+from utils.api.cors import add_cors, origins_from_env
 from utils.api.http import ApiError, BodyLimit, JSONResponse, install_error_handlers, json_response, now
 from utils.api.schemas import ChatBody, GenerateBody, ShowBody
+from utils.embedded import embeddings, management
 from utils.embedded.answer import CountArrivals, answer, final_response
+from utils.embedded.capabilities import (
+    capabilities,
+    fill_in_middle,
+    refuse_template_and_context,
+    refuse_unsupported,
+)
+from utils.embedded.embeddings import Embedder
 from utils.embedded.engine import ModelRunner
 from utils.embedded.models import ModelError, ModelStore
+from utils.embedded.names import not_found
+from utils.embedded.residency import Residency, keep_alive_seconds
 
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
 DEFAULT_NUM_CTX = 4096
 
 
 class Models:
-    """Loaded runners by name; a request with another num_ctx reloads the model, as Ollama does."""
+    """Loaded runners by name; a request with another num_ctx reloads the model, as Ollama does.
+    Embedding contexts (embeddings.py) load beside them; `residency` unloads both per keep_alive."""
 
     def __init__(self, store: ModelStore, threads: int, batch: bool, fast_batches: bool, gpu_layers: int):
         self.store, self.threads, self.batch, self.fast_batches = store, threads, batch, fast_batches
         self.gpu_layers = gpu_layers
         self.runners: dict[str, ModelRunner] = {}
+        self.embedders: dict[str, Embedder] = {}
         self.lock = asyncio.Lock()
+        self.residency = Residency(self.unload, self.busy)
 
-    async def get(self, name: str, num_ctx: int | None = None) -> tuple[ModelRunner, float]:
-        wanted = num_ctx or DEFAULT_NUM_CTX  # as in Ollama: a request without num_ctx gets the default
-        runner = self.runners.get(name)
-        if runner is not None and runner.num_ctx == wanted and not self.lock.locked():
-            return runner, 0.0  # the common case: loaded under this very name, nothing to check
+    def resolve(self, name: str) -> str:
+        """The canonical name of an installed model (names.py), or Ollama's 404 naming the installed tags."""
         try:
             spec = self.store.spec(name)
         except ModelError:
-            raise ApiError(f"model '{name}' not found", 404) from None
+            raise ApiError(not_found(name, self.store.installed_names()), 404) from None
         if not self.store.path(spec.name).exists():
+            if spec.registered:
+                raise ApiError(f"model '{spec.name}' not found: its file {spec.file} is missing", 404)
             raise ApiError(
                 f"model '{spec.name}' not found; install it with: python cli.py models install {spec.name}",
                 404,
             )
+        return spec.name
+
+    async def get(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> tuple[ModelRunner, float]:
+        wanted = num_ctx or DEFAULT_NUM_CTX  # as in Ollama: a request without num_ctx gets the default
+        runner = self.runners.get(name)
+        if runner is not None and runner.num_ctx == wanted and not self.lock.locked():
+            self.residency.touch(name, keep_alive)
+            return runner, 0.0  # the common case: loaded under this very name, nothing to check
+        name = self.resolve(name)
+        self.residency.touch(name, keep_alive)  # an invalid keep_alive is a 400 before anything loads
         async with self.lock:
-            runner = self.runners.get(spec.name)
+            runner = self.runners.get(name)
             if runner and runner.num_ctx == wanted:
                 return runner, 0.0
             started = time.perf_counter()
             if runner:
                 await asyncio.to_thread(runner.close)
-            try:  # a truncated or damaged file is refused before llama.cpp reads it
-                await asyncio.to_thread(self.store.verify, spec.name)
-            except ModelError as error:
-                self.runners.pop(spec.name, None)
-                raise ApiError(str(error), 500) from None
+            await self._verify(name, self.runners)
             try:
                 runner = await asyncio.to_thread(
-                    ModelRunner, spec.name, self.store.path(spec.name), wanted, self.threads, self.batch,
+                    ModelRunner, name, self.store.path(name), wanted, self.threads, self.batch,
                     self.fast_batches, self.gpu_layers,
                 )
             except Exception as error:  # noqa: BLE001 - a corrupt file must be a message, not a crash
-                self.runners.pop(spec.name, None)
-                raise ApiError(f"model '{spec.name}' failed to load: {error}", 500) from None
-            self.runners[spec.name] = runner
+                self.runners.pop(name, None)
+                raise ApiError(f"model '{name}' failed to load: {error}", 500) from None
+            self.runners[name] = runner
+            self.residency.touch(name, keep_alive)  # its time counts from the end of loading
             return runner, time.perf_counter() - started
 
+    async def embedder(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> tuple[Embedder, float]:
+        """The model's embedding context (embeddings.py), loaded on first use like a runner."""
+        wanted = num_ctx or DEFAULT_NUM_CTX
+        name = self.resolve(name)
+        self.residency.touch(name, keep_alive)
+        async with self.lock:
+            embedder = self.embedders.get(name)
+            if embedder and embedder.num_ctx == wanted:
+                return embedder, 0.0
+            started = time.perf_counter()
+            if embedder:
+                await asyncio.to_thread(embedder.close)
+            await self._verify(name, self.embedders)
+            try:
+                embedder = await asyncio.to_thread(Embedder, name, self.store.path(name), wanted, self.threads)
+            except Exception as error:  # noqa: BLE001 - a corrupt file must be a message, not a crash
+                self.embedders.pop(name, None)
+                raise ApiError(f"model '{name}' failed to load for embeddings: {error}", 500) from None
+            self.embedders[name] = embedder
+            self.residency.touch(name, keep_alive)
+            return embedder, time.perf_counter() - started
+
+    async def _verify(self, name: str, loaded: dict[str, Any]) -> None:
+        try:  # a truncated or damaged file is refused before llama.cpp reads it
+            await asyncio.to_thread(self.store.verify, name)
+        except ModelError as error:
+            loaded.pop(name, None)
+            raise ApiError(str(error), 500) from None
+
+    def busy(self, name: str) -> bool:
+        runner, embedder = self.runners.get(name), self.embedders.get(name)
+        return bool((runner and (runner.current is not None or not runner.jobs.empty()))
+                    or (embedder and embedder.lock.locked()))
+
+    async def unload(self, name: str, when_due: bool = True) -> None:
+        """Free the model's runner and embedding context; from the reaper only once its keep_alive is over."""
+        async with self.lock:
+            if when_due and not self.residency.due(name):
+                return  # used again while the reaper waited for the lock
+            self.residency.forget(name)
+            for loaded in (self.runners.pop(name, None), self.embedders.pop(name, None)):
+                if loaded is not None:
+                    await asyncio.to_thread(loaded.close)
+
+    async def unload_now(self, name: str, keep_alive: Any) -> bool:
+        """Ollama's unload request (no prompt, keep_alive 0): free the model now; False if not asked."""
+        if keep_alive is None or keep_alive_seconds(keep_alive, self.residency.default) != 0:
+            return False
+        await self.unload(self.resolve(name), when_due=False)
+        return True
+
     async def close(self) -> None:
-        for runner in self.runners.values():
-            await asyncio.to_thread(runner.close)
+        await self.residency.stop()
+        for loaded in [*self.runners.values(), *self.embedders.values()]:
+            await asyncio.to_thread(loaded.close)
         self.runners.clear()
+        self.embedders.clear()
 
 
 # -- templates ----------------------------------------------------------------------------------
@@ -118,32 +191,42 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
     app.add_middleware(BodyLimit)
     app.add_middleware(CountArrivals)  # outermost: a request counts from its first byte
     install_error_handlers(app)
+    add_cors(app, origins_from_env())
     models = Models(store, threads, batch, fast_batches, gpu_layers)
     app.state.models = models
+    embeddings.register(app, models)
+    management.register(app, models)
+
+    @app.on_event("startup")
+    async def _start() -> None:
+        models.residency.start()
 
     @app.on_event("shutdown")
     async def _close() -> None:
         await models.close()
 
-    @app.get("/")
+    @app.api_route("/", methods=["GET", "HEAD"])  # Ollama's CLI checks the server with HEAD /
     async def root() -> Any:
         return PlainTextResponse("Ollama is running")
 
-    @app.get("/api/version")
+    @app.api_route("/api/version", methods=["GET", "HEAD"])
     async def version() -> dict[str, Any]:
         return {"version": OLLAMA_VERSION, "embedded": True, "batches_nested_requests": models.batch}
 
-    @app.get("/api/tags")
+    @app.api_route("/api/tags", methods=["GET", "HEAD"])
     async def tags() -> dict[str, Any]:
         return {"models": [_model_entry(spec) for spec in store.installed()]}
 
     @app.get("/api/ps")
     async def ps() -> dict[str, Any]:
+        loaded = {**{name: e.num_ctx for name, e in models.embedders.items()},
+                  **{name: r.num_ctx for name, r in models.runners.items()}}
         return {
             "models": [
-                {**_model_entry(store.spec(name)), "expires_at": "0001-01-01T00:00:00Z",
-                 "size_vram": runner.vram_bytes, "context_length": runner.num_ctx}
-                for name, runner in models.runners.items()
+                {**_model_entry(store.spec(name)), "expires_at": models.residency.expires_at(name),
+                 "size_vram": models.runners[name].vram_bytes if name in models.runners else 0,
+                 "context_length": num_ctx}
+                for name, num_ctx in loaded.items()
             ]
         }
 
@@ -162,15 +245,21 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
             "template": runner.metadata.get("tokenizer.chat_template", "{{ .Prompt }}"),
             "details": entry["details"],
             "model_info": info,
-            "capabilities": ["completion"],
+            "capabilities": capabilities(runner),
             "modified_at": entry["modified_at"],
         }
 
     @app.post("/api/generate")
     async def generate(body: GenerateBody, request: Request) -> Response:
         body.check()
-        runner, load = await models.get(body.model, body.options.num_ctx)
-        if body.raw:
+        if not body.prompt and await models.unload_now(body.model, body.keep_alive):
+            return final_response(body.model, "unload", None, 0.0, chat=False, stream=body.stream)
+        runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
+        refuse_unsupported(body.model, body.model_extra or {})
+        refuse_template_and_context(body.template, body.context)
+        if body.suffix:
+            prompt = fill_in_middle(runner, body.model, body.prompt, body.suffix, system=body.system, raw=body.raw)
+        elif body.raw:
             prompt = body.prompt
         else:
             messages = ([{"role": "system", "content": body.system}] if body.system else []) + (
@@ -186,8 +275,11 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
     @app.post("/api/chat")
     async def chat(body: ChatBody, request: Request) -> Response:
         body.check()
-        runner, load = await models.get(body.model, body.options.num_ctx)
+        if not body.messages and await models.unload_now(body.model, body.keep_alive):
+            return final_response(body.model, "unload", None, 0.0, chat=True, stream=body.stream)
+        runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
         messages = [m.model_dump() for m in body.messages]
+        refuse_unsupported(body.model, body.model_extra or {}, messages)
         prompt = render_chat(runner, messages) if messages else ""
         if body.debug_render_only:
             return _rendered(body.model, prompt)
@@ -225,7 +317,8 @@ def _model_entry(spec) -> dict[str, Any]:
             "format": "gguf",
             "family": spec.family.rstrip("0123456789.").split("-")[0],
             "families": [spec.family],
-            "parameter_size": tag.upper(),
+            # Catalogue tags are sizes ("135m"); a registered name's tag may be anything ("latest").
+            "parameter_size": tag.upper() if re.fullmatch(r"\d+(\.\d+)?[bm]", tag) else "unknown",
             "quantization_level": quant.group(1).upper() if quant else "unknown",
         },
     }

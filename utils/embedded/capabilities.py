@@ -1,0 +1,77 @@
+"""What a loaded model can do, and Ollama's refusals for what it cannot: images without a vision
+projector, `think` for a model without a thinking template, `suffix` (fill-in-the-middle) for a model
+without FIM tokens. A request field the server cannot honour is refused, never dropped.
+
+Fill-in-the-middle uses the model's own FIM tokens from its GGUF vocabulary (qwen2.5-coder:
+<|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>), in the order Ollama's templates write them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from utils.api.http import ApiError
+from utils.embedded.engine import ModelRunner
+
+NO_VISION = "this model is missing data required for image input"  # Ollama's ErrNoVisionModel
+
+
+def fim_pieces(runner: ModelRunner) -> tuple[str, str, str] | None:
+    """The text of the model's prefix, suffix and middle tokens, or None when it has no such tokens."""
+    from llama_cpp import llama_cpp
+
+    vocab = llama_cpp.llama_model_get_vocab(runner.llama._model.model)
+    tokens = (llama_cpp.llama_vocab_fim_pre(vocab), llama_cpp.llama_vocab_fim_suf(vocab),
+              llama_cpp.llama_vocab_fim_mid(vocab))
+    if any(token < 0 or token >= runner.vocab_size for token in tokens):
+        return None
+    prefix, suffix, middle = (runner.pieces[token].decode("utf-8", errors="replace") for token in tokens)
+    return prefix, suffix, middle
+
+
+def capabilities(runner: ModelRunner) -> list[str]:
+    """Ollama's `capabilities` in /api/show, for what this server implements."""
+    found = ["embedding"] if any(key.endswith("pooling_type") for key in runner.metadata) else ["completion"]
+    if fim_pieces(runner):
+        found.append("insert")
+    return found
+
+
+def _asks_to_think(value: Any) -> bool:
+    """Ollama's ThinkValue.Bool(): true, or a level ("high", "medium", "low")."""
+    return value is True or (isinstance(value, str) and value not in ("", "false"))
+
+
+def refuse_unsupported(model: str, extra: dict[str, Any], messages: list[dict[str, Any]] | None = None) -> None:
+    """`think` and images, which no model here supports (none has a thinking template or a projector)."""
+    if _asks_to_think(extra.get("think")):
+        raise ApiError(f'"{model}" does not support thinking', 400)
+    if extra.get("images") or any(message.get("images") for message in messages or []):
+        raise ApiError(NO_VISION, 400)
+
+
+def refuse_template_and_context(template: str | None, context: list[int] | None) -> None:
+    """/api/generate's `template` (a Go template) and `context` (an earlier answer's token encoding):
+    neither can be applied here, and dropping them would answer another question."""
+    if template:
+        raise ApiError("template is not supported by the embedded server: it renders prompts with the model's "
+                       "own chat template; send raw: true with the prompt already formatted instead", 501)
+    if context:
+        raise ApiError("context is not supported by the embedded server: send the conversation as messages to "
+                       "/api/chat instead", 501)
+
+
+def fill_in_middle(runner: ModelRunner, model: str, prompt: str, suffix: str, *, system: str | None,
+                   raw: bool) -> str:
+    """The prompt for a non-raw generate with `suffix`: prefix token, prompt, suffix token, suffix,
+    middle token. Ollama's check first (a model without FIM tokens does not support insert)."""
+    pieces = fim_pieces(runner)
+    if pieces is None:
+        raise ApiError(f"{model} does not support insert (it has no fill-in-the-middle tokens)", 400)
+    if raw:
+        raise ApiError("raw mode does not support suffix: write the model's fill-in-the-middle tokens "
+                       "into the prompt, or leave raw out", 400)
+    if system:
+        raise ApiError("suffix (fill-in-the-middle) does not use a system prompt: leave system out", 400)
+    prefix, middle_suffix, middle = pieces
+    return f"{prefix}{prompt}{middle_suffix}{suffix}{middle}"

@@ -1,0 +1,238 @@
+"""Ollama's model management routes on the embedded server: pull (a catalogue install with Ollama's
+progress stream), delete, copy, create (from a local GGUF path or an installed file's digest), and
+honest 501s for what it cannot do (push; blob upload).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict
+from starlette.responses import Response
+
+from utils.api.http import ApiError, json_response, ndjson_line, ndjson_response
+from utils.embedded import names
+from utils.embedded.library import LibraryError, copy_model, delete_model, find_blob, register_file
+from utils.embedded.models import ModelError
+
+PROGRESS_STEP = 1 << 23  # report pull progress every 8 MB
+CREATE_UNSUPPORTED = ("quantize", "system", "template", "parameters", "adapters", "messages", "license",
+                      "renderer", "parser")
+
+
+class PullBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = ""
+    name: str = ""  # the older spelling
+    insecure: bool = False  # about TLS to a registry; the catalogue comes through pip, which has its own settings
+    stream: bool = True
+
+
+class NameBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = ""
+    name: str = ""
+
+
+class CopyBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    source: str
+    destination: str
+
+
+class CreateBody(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    model: str = ""
+    name: str = ""
+    stream: bool = True
+    files: dict[str, str] | None = None
+    modelfile: str | None = None  # the older API: a Modelfile's text
+    path: str | None = None  # the older API: where the Modelfile was, for its relative FROM path
+
+
+def _failed(error: ModelError) -> ApiError:
+    return ApiError(str(error), getattr(error, "status", 500))
+
+
+def _statuses(lines: list[dict[str, Any]], stream: bool) -> Response:
+    if not stream:
+        return json_response(lines[-1])
+
+    async def out() -> AsyncIterator[bytes]:
+        yield b"".join(ndjson_line(line) for line in lines)
+
+    return ndjson_response(out())
+
+
+def register(app: FastAPI, models: Any) -> None:
+    """The routes; `models` is the server's Models (its store, and unload for a deleted model)."""
+    store = models.store
+    pulls: dict[str, asyncio.Lock] = {}
+
+    @app.post("/api/pull")
+    async def pull(body: PullBody) -> Response:
+        requested = body.model or body.name
+        wanted = names.canonical(requested)
+        if wanted is None:
+            raise ApiError(f'name "{requested}" is invalid', 400)
+        if wanted not in store.catalogue:
+            known = ", ".join(store.catalogue)
+            raise ApiError(f"pull model manifest: file does not exist: '{wanted}' is not in the embedded "
+                           f"server's catalogue ({known}); register your own GGUF with /api/create", 404)
+        spec = store.catalogue[wanted]
+        lock = pulls.setdefault(wanted, asyncio.Lock())  # a second pull of the same model waits for the first
+        events: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        put: Callable[[Any], None] = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)  # noqa: E731
+        digest = f"sha256:{spec.sha256}"
+        reported = [-PROGRESS_STEP]
+
+        def on_bytes(written: int, total: int) -> None:
+            if written - reported[0] >= PROGRESS_STEP or written == total:
+                reported[0] = written
+                put({"status": f"pulling {spec.sha256[:12]}", "digest": digest, "total": total, "completed": written})
+
+        def install() -> None:
+            try:
+                store.install(wanted, progress=lambda _line: None, on_bytes=on_bytes)
+                on_bytes(spec.size, spec.size)  # an installed model: the whole layer is there
+                put(None)
+            except BaseException as error:  # noqa: BLE001 - reported to the client as Ollama's error line
+                put(error)
+
+        async def progress() -> AsyncIterator[dict[str, Any]]:
+            async with lock:
+                yield {"status": "pulling manifest"}
+                worker = loop.run_in_executor(None, install)
+                while (event := await events.get()) is not None:
+                    if isinstance(event, BaseException):
+                        await worker
+                        raise ApiError(str(event), getattr(event, "status", 500))
+                    yield event
+                await worker
+                for status in ("verifying sha256 digest", "writing manifest", "success"):
+                    yield {"status": status}
+
+        if not body.stream:
+            events_seen = [event async for event in progress()]  # Ollama: only the final status
+            return json_response(events_seen[-1])
+
+        async def lines() -> AsyncIterator[bytes]:
+            try:
+                async for event in progress():
+                    yield ndjson_line(event)
+            except ApiError as error:
+                yield ndjson_line({"error": error.message})
+
+        return ndjson_response(lines())
+
+    @app.delete("/api/delete")
+    async def delete(body: NameBody) -> Response:
+        requested = body.model or body.name
+        if names.canonical(requested) is None:
+            raise ApiError(f'name "{requested}" is invalid', 400)
+        try:
+            name = store.spec(requested).name
+        except ModelError:
+            raise ApiError(f"model '{requested}' not found", 404) from None
+        await models.unload(name, when_due=False)
+        try:
+            await asyncio.to_thread(delete_model, store, name)
+        except ModelError as error:
+            raise _failed(error) from None
+        return Response(status_code=200)
+
+    @app.post("/api/copy")
+    async def copy(body: CopyBody) -> Response:
+        try:
+            await asyncio.to_thread(copy_model, store, body.source, body.destination)
+        except ModelError as error:
+            raise _failed(error) from None
+        return Response(status_code=200)
+
+    @app.post("/api/create")
+    async def create(body: CreateBody) -> Response:
+        name = body.model or body.name
+        if not name:
+            raise ApiError("model name is required", 400)
+        extra = body.model_extra or {}
+        unsupported = [field for field in CREATE_UNSUPPORTED if extra.get(field)]
+        if unsupported:
+            raise ApiError(f"the embedded server creates a model from one GGUF file only; {', '.join(unsupported)} "
+                           "cannot be applied (the GGUF's own chat template and defaults are used)", 501)
+        source, digest = _create_source(body, extra)
+        if names.canonical(name) in models.runners or names.canonical(name) in models.embedders:
+            await models.unload(names.canonical(name), when_due=False)
+        try:
+            if digest is not None:
+                blob = find_blob(store, digest)
+                if blob is None:
+                    raise LibraryError(f"blob {digest} not found: the embedded server cannot receive uploaded blobs; "
+                                       'create from a local file instead: {"model": NAME, "from": "/path/file.gguf"}')
+                spec = await asyncio.to_thread(register_file, store, name, blob, f"/api/create ({digest})",
+                                               digest.removeprefix("sha256:"))
+            elif source.startswith(("/", "~")):
+                spec = await asyncio.to_thread(register_file, store, name, Path(source), f"/api/create ({source})")
+            else:
+                spec = await asyncio.to_thread(copy_model, store, source, name)
+        except ModelError as error:
+            raise _failed(error) from None
+        return _statuses([{"status": "parsing GGUF"}, {"status": f"using existing layer sha256:{spec.sha256}"},
+                          {"status": "writing manifest"}, {"status": "success"}], body.stream)
+
+    @app.post("/api/push")
+    async def push() -> Response:
+        raise ApiError("push is not supported by the embedded server: it has no registry to push to", 501)
+
+    @app.head("/api/blobs/{digest}")
+    async def blob_exists(digest: str) -> Response:
+        return Response(status_code=200 if find_blob(store, digest) else 404)
+
+    @app.post("/api/blobs/{digest}")
+    async def blob_upload(digest: str) -> Response:
+        raise ApiError("uploading blobs is not supported by the embedded server; create the model from a local "
+                       'GGUF path instead ({"model": NAME, "from": "/path/file.gguf"}), or run: '
+                       "python cli.py models add NAME FILE.gguf", 501)
+
+
+def _create_source(body: CreateBody, extra: dict[str, Any]) -> tuple[str, str | None]:
+    """(what to create from: a path or a model name, or the digest of a GGUF among `files`)."""
+    source = str(extra.get("from") or "")
+    if body.modelfile:
+        source = _modelfile_from(body.modelfile, body.path)
+    if body.files:
+        ggufs = [(file, digest) for file, digest in body.files.items() if file.endswith(".gguf")]
+        if len(body.files) != 1 or len(ggufs) != 1:
+            raise ApiError("the embedded server creates a model from exactly one .gguf file; safetensors and "
+                           "several files are not supported", 501)
+        return "", ggufs[0][1]
+    if not source:
+        raise ApiError("neither 'from' nor 'files' was specified", 400)
+    looks_like_a_file = source.lower().endswith(".gguf") or source.startswith(".") or names.canonical(source) is None
+    if looks_like_a_file and not source.startswith(("/", "~")):
+        raise ApiError(f"give an absolute path to the GGUF file, not a relative one: {source}", 400)
+    return source, None
+
+
+def _modelfile_from(modelfile: str, where: str | None) -> str:
+    """The FROM of a Modelfile that has nothing else: other instructions cannot be applied here."""
+    sources = []
+    for line in modelfile.splitlines():
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        instruction, _, argument = text.partition(" ")
+        if instruction.upper() != "FROM":
+            raise ApiError(f"the embedded server supports only FROM in a Modelfile, not {instruction.upper()}: "
+                           "the GGUF's own chat template and defaults are used", 501)
+        sources.append(argument.strip())
+    if len(sources) != 1:
+        raise ApiError("a Modelfile needs exactly one FROM line", 400)
+    source = sources[0]
+    if where and not source.startswith(("/", "~")) and (source.startswith(".") or source.endswith(".gguf")):
+        source = str(Path(where).parent / source)
+    return source
