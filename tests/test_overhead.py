@@ -36,7 +36,7 @@ def parse(printed: str) -> tuple[dict[str, tuple[float, float, float]], list[lis
     tables: list[list[tuple]] = []
     lost: dict[float, float] = {}
     for line in printed.splitlines():
-        if line.startswith("projected speed-up") or line.startswith("ideal one-decode"):
+        if line.startswith(("projected speed-up", "ideal one-decode", "prompt lookup")):
             tables.append([])
         elif match := SPEEDUP.match(line):
             values = [float(v) for v in match["values"].split()]
@@ -70,19 +70,20 @@ def test_the_tables_parse_and_add_up(printed):
     assert [k for k, _ in re.findall(r"K=(\d+) (\d+(?:\.\d+)?)", evaluations)] == [str(k) for k in KS]
     assert all(float(n) >= 1 for _, n in re.findall(r"K=(\d+) (\d+(?:\.\d+)?)", evaluations))
 
-    # The projections: the wall times, then (embedded server) the engine's own times.
-    assert len(tables) == 2 and all(len(table) == len(RATES) for table in tables)
-    for column, table in zip((0, 1), tables):
+    # The projections: the wall times, then (embedded server) the engine's own times; then the same
+    # two for prompt lookup, whose drafts cost nothing.
+    assert len(tables) == 4 and all(len(table) == len(RATES) for table in tables)
+    for (column, drafting), table in zip(((0, True), (1, True), (0, False), (1, False)), tables):
         for (a, values, best, best_s), rate in zip(table, RATES):
             assert a == rate
             for k, value in zip(KS, values):
                 standard = rows["standard decoding, per token"][column]
-                draft = rows[f"draft proposal, K={k}"][column]
+                draft = rows[f"draft proposal, K={k}"][column] if drafting else 0.0
                 burst = rows[f"validator burst, K={k} ({k + 1} requests)"][column]
                 projected = speedup(k, a, standard, draft, burst)
                 assert value == pytest.approx(projected, rel=0.03, abs=0.011)
             assert best_s == max(values) and values[KS.index(best)] == best_s
-    for (a, _, _, wall_best), (_, _, _, ideal_best) in zip(*tables):
+    for (a, _, _, wall_best), (_, _, _, ideal_best) in zip(*tables[:2]):
         # The share is printed from unrounded speed-ups; the bests are printed to 0.01, so recomputing it
         # from them is off by up to 0.005 / ideal_best (plus the share's own rounding to 1%).
         assert lost[a] == pytest.approx(1 - wall_best / ideal_best, abs=0.006 / ideal_best + 0.011)

@@ -217,9 +217,12 @@ def speedup(k: int, a: float, standard: float, draft_k: float, burst_k: float) -
     return (1 - a ** (k + 1)) / (1 - a) * standard / (draft_k + burst_k)
 
 
-def projection(rows: dict[str, Row], engine: bool) -> list[tuple[float, list[float], int]]:
-    """(a, [S for each K], best K) from the medians; `engine` uses the server's engine times."""
+def projection(rows: dict[str, Row], engine: bool, drafting: bool = True) -> list[tuple[float, list[float], int]]:
+    """(a, [S for each K], best K) from the medians; `engine` uses the server's engine times; without
+    `drafting`, drafts cost nothing (prompt lookup)."""
     def time_of(key: str) -> float:
+        if key.startswith("draft") and not drafting:
+            return 0.0
         median = rows[key].median()
         return median.engine_ms if engine else median.wall_ms
 
@@ -253,6 +256,9 @@ def report(result: dict, target: str, draft: str, repeat: int) -> str:
     tables = [("projected speed-up S(K, a), wall times", projection(rows, engine=False))]
     if result["embedded"]:
         tables.append(("ideal one-decode verifier S(K, a), engine times", projection(rows, engine=True)))
+    tables.append(("prompt lookup (drafts cost nothing) S(K, a), wall times", projection(rows, False, False)))
+    if result["embedded"]:
+        tables.append(("prompt lookup, ideal verifier S(K, a), engine times", projection(rows, True, False)))
     for title, table in tables:
         lines.append(title)
         lines.append(f"{'a':>4} " + " ".join(f"{'K=' + str(k):>6}" for k in KS) + f" {'best K':>7} {'best S':>7}")
