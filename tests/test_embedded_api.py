@@ -483,6 +483,44 @@ async def test_nested_validator_requests_answer_as_they_would_alone(client, mode
     assert counts == list(range(counts[0], counts[0] + len(prompts)))  # one more token each
 
 
+@pytest.mark.parametrize("model, context", [pytest.param(SMALL, CODE_CONTEXT, id="smollm2-code"),
+                                            pytest.param(TARGET, CHATML_CONTEXT, id="qwen1.5b-chatml")])
+async def test_a_burst_in_one_request_answers_as_its_requests_would_alone(server_url, client, model, context):
+    """POST /speculative/burst (what the engine sends the embedded server instead of K+1 requests):
+    each answer is, field for field, what /api/generate gives the same body alone; timings aside."""
+    pieces = await greedy_pieces(client, model, context, 4)
+    bodies = [{"model": model, "prompt": context + "".join(pieces[:i]), "raw": True, "stream": False,
+               "logprobs": True, "top_logprobs": 3, "options": {**GREEDY, "num_predict": 1}} for i in range(5)]
+    timing = {"created_at", "total_duration", "load_duration", "prompt_eval_duration", "eval_duration"}
+    async with httpx.AsyncClient(base_url=server_url, timeout=120) as http:
+        assert (await http.get("/api/version")).json()["burst_endpoint"] is True
+        burst = await http.post("/speculative/burst", json={"requests": bodies})
+        assert burst.status_code == 200, burst.text
+        alone = [(await http.post("/api/generate", json=body)).json() for body in bodies]
+    together = burst.json()["responses"]
+    assert [{k: v for k, v in a.items() if k not in timing} for a in together] == \
+           [{k: v for k, v in a.items() if k not in timing} for a in alone]
+    assert [a["response"] for a in together[:-1]] == pieces
+    assert len({a["prompt_eval_duration"] for a in together}) == 1  # one evaluation for the whole burst
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"stream": True}, "num_predict 1"),
+    ({"options": {"num_predict": 5}}, "num_predict 1"),
+    ({"raw": False}, "num_predict 1"),
+    ({"model": TARGET}, "same model"),
+    ({"format": "json"}, "format"),
+    ({"images": ["aGk="]}, "images"),
+    ({"options": {"num_predict": 1, "num_ctx": 2048}}, "same num_ctx"),
+])
+async def test_a_burst_refuses_what_it_cannot_answer_exactly(server_url, change, message):
+    body = {"model": SMALL, "prompt": "def f(x):", "raw": True, "stream": False, "options": {"num_predict": 1}}
+    async with httpx.AsyncClient(base_url=server_url, timeout=120) as http:
+        refused = await http.post("/speculative/burst", json={"requests": [body, {**body, **change}]})
+        assert refused.status_code == 400 and message in refused.json()["error"], refused.text
+        assert (await http.post("/speculative/burst", json={"requests": [body, body]})).status_code == 200
+
+
 # -- below the HTTP layer ---------------------------------------------------------------------------
 
 

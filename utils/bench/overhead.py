@@ -141,10 +141,19 @@ class Bench:
         _, final = await self.stream(self.draft, context, k, DRAFT_TOP_K)
         return Sample((time.perf_counter() - started) * 1000, final["total_duration"] / 1e6)
 
-    async def burst(self, prompts: list[str]) -> Sample:
+    async def burst(self, prompts: list[str], one_request: bool) -> Sample:
+        """A validator burst as the engine sends it: in one request to a server with the burst
+        endpoint (utils/embedded/burst_api.py), else one request per prompt, announced."""
         started = time.perf_counter()
-        burst = announce(len(prompts))  # as the engine's validator does
-        answers = await asyncio.gather(*(self.one(self.target, prompt, burst) for prompt in prompts))
+        if one_request:
+            bodies = [self._body(self.target, prompt, 1, False, 0) for prompt in prompts]
+            response = await self.http.post("/speculative/burst", json={"requests": bodies})
+            if response.status_code != 200:
+                raise RuntimeError(f"{self.url} answered {response.status_code}: {response.text[:300]}")
+            answers = response.json()["responses"]
+        else:
+            burst = announce(len(prompts))  # as the engine's validator does
+            answers = await asyncio.gather(*(self.one(self.target, prompt, burst) for prompt in prompts))
         wall = (time.perf_counter() - started) * 1000
         # Requests answered from one evaluation report the same prompt_eval_duration.
         evaluations = len({a.get("prompt_eval_duration") for a in answers})
@@ -189,7 +198,11 @@ async def measure(url: str, target: str, draft: str, tokens_wanted: int, repeat:
         rows: dict[str, Row] = {"standard": Row("standard decoding, per token"),
                                 "one": Row("one-token request, extending the cache")}
         rows.update({f"draft{k}": Row(f"draft proposal, K={k}") for k in KS})
-        rows.update({f"burst{k}": Row(f"validator burst, K={k} ({k + 1} requests)") for k in KS})
+        endpoint = bool(about.get("burst_endpoint"))  # the engine then sends each burst in one request
+        way = "one HTTP request" if endpoint else "{n} requests"
+        rows.update({f"burst{k}": Row(f"validator burst, K={k} ({way.format(n=k + 1)})") for k in KS})
+        if endpoint:  # what the same bursts cost as K+1 requests, as any other Ollama gets them
+            rows.update({f"apart{k}": Row(f"  the same as {k + 1} requests") for k in KS})
 
         async def round_() -> None:
             rows["standard"].samples.append(await bench.standard(context))
@@ -197,7 +210,9 @@ async def measure(url: str, target: str, draft: str, tokens_wanted: int, repeat:
             for k in KS:
                 rows[f"draft{k}"].samples.append(await bench.draft_proposal(context, k))
                 prompts = [context + "".join(pieces[:i]) for i in range(k + 1)]
-                rows[f"burst{k}"].samples.append(await bench.burst(prompts))
+                rows[f"burst{k}"].samples.append(await bench.burst(prompts, endpoint))
+                if endpoint:
+                    rows[f"apart{k}"].samples.append(await bench.burst(prompts, False))
 
         await round_()  # warm-up, not counted
         for row in rows.values():

@@ -106,7 +106,7 @@ async def _cancel_on_disconnect(request: Request, job: Job) -> None:
         await asyncio.sleep(0.2)
 
 
-def _job(body: Common, prompt: str) -> Job:
+def job_for(body: Common, prompt: str) -> Job:
     opts = body.options
     return Job(
         prompt=prompt.encode("utf-8", errors="surrogatepass"),
@@ -125,7 +125,7 @@ def _unset(_: object) -> None:
 async def answer(request: Request, runner: ModelRunner, body: Common, prompt: str, load: float, *,
                  chat: bool) -> Response:
     """Run one job; stream NDJSON chunks, or collect them into one response."""
-    job = _job(body, prompt)
+    job = job_for(body, prompt)
     job.burst = burst.parse(request.headers.get(burst.HEADER))
     assembler = TextAssembler(body.options.stops())
     if body.stream:
@@ -135,6 +135,12 @@ async def answer(request: Request, runner: ModelRunner, body: Common, prompt: st
 
 async def _whole(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,
                  load: float, chat: bool) -> Response:
+    return json_response(await collect(request, runner, body, job, assembler, load, chat))
+
+
+async def collect(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,
+                  load: float, chat: bool) -> dict[str, Any]:
+    """Run `job` to its end; the non-streamed answer's JSON body."""
     loop = asyncio.get_running_loop()
     finished: asyncio.Future[Completion | EngineError] = loop.create_future()
     parts: list[str] = []
@@ -169,7 +175,7 @@ async def _whole(request: Request, runner: ModelRunner, body: Common, job: Job, 
     final.update({"message": {"role": "assistant", "content": text}} if chat else {"response": text})
     if body.logprobs:
         final["logprobs"] = logprobs
-    return json_response(final)
+    return final
 
 
 async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,

@@ -22,7 +22,7 @@ from starlette.responses import Response
 from utils.api.cors import add_cors, origins_from_env
 from utils.api.http import ApiError, BodyLimit, JSONResponse, install_error_handlers, json_response, now
 from utils.api.schemas import ChatBody, GenerateBody, ShowBody
-from utils.embedded import embeddings, management
+from utils.embedded import burst_api, embeddings, management
 from utils.embedded.answer import CountArrivals, answer, final_response
 from utils.embedded.capabilities import (
     capabilities,
@@ -196,6 +196,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
     app.state.models = models
     embeddings.register(app, models)
     management.register(app, models)
+    burst_api.register(app, models)
 
     @app.on_event("startup")
     async def _start() -> None:
@@ -211,7 +212,8 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
 
     @app.api_route("/api/version", methods=["GET", "HEAD"])
     async def version() -> dict[str, Any]:
-        return {"version": OLLAMA_VERSION, "embedded": True, "batches_nested_requests": models.batch}
+        return {"version": OLLAMA_VERSION, "embedded": True, "batches_nested_requests": models.batch,
+                "burst_endpoint": models.batch}
 
     @app.api_route("/api/tags", methods=["GET", "HEAD"])
     async def tags() -> dict[str, Any]:

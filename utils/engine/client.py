@@ -8,6 +8,7 @@ subclasses say what kind of failure it was, so callers branch on types, not on m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from utils.burst import announce
 
 # Since these Ollama releases: raw prompts of a chat (`_debug_render_only`) and `logprobs`.
 RENDER_SINCE = (0, 11, 5)
@@ -97,6 +100,13 @@ def _tokens(body: dict[str, Any]) -> list[Token]:
               {alt["token"]: alt["logprob"] for alt in entry.get("top_logprobs") or []})
         for entry in body.get("logprobs") or []
     ]
+
+
+def _step(message: dict[str, Any]) -> Step:
+    """A one-token answer: its token, why it ended, the prompt's token count."""
+    tokens = _tokens(message)
+    return Step(tokens[0] if tokens else None, message.get("done_reason") or "stop",
+                message.get("prompt_eval_count") or 0)
 
 
 class OllamaServer:
@@ -238,7 +248,21 @@ class OllamaServer:
 
         Not streamed: one small JSON body instead of two NDJSON messages."""
         body = self._generate_body(model, prompt, {**options, "num_predict": 1}, top_logprobs, stream=False)
-        message = await self._request("POST", "/api/generate", body, burst)
-        tokens = _tokens(message)
-        return Step(tokens[0] if tokens else None, message.get("done_reason") or "stop",
-                    message.get("prompt_eval_count") or 0)
+        return _step(await self._request("POST", "/api/generate", body, burst))
+
+    async def next_tokens(self, model: str, prompts: list[str], options: list[dict[str, Any]],
+                          top_logprobs: int = 0) -> list[Step]:
+        """`next_token` for each prompt, all at once: one validator burst.
+
+        A server that says it has the burst endpoint (the embedded one, utils/embedded/burst_api.py)
+        gets them in one HTTP request; any other Ollama gets one request each, concurrently, each
+        announcing the burst (utils/burst.py)."""
+        if len(prompts) > 1 and (await self.about()).get("burst_endpoint"):
+            bodies = [self._generate_body(model, prompt, {**each, "num_predict": 1}, top_logprobs, stream=False)
+                      for prompt, each in zip(prompts, options)]
+            answers = (await self._request("POST", "/speculative/burst", {"requests": bodies}))["responses"]
+            return [_step(message) for message in answers]
+        burst = announce(len(prompts))
+        return list(await asyncio.gather(*(
+            self.next_token(model, prompt, each, top_logprobs, burst) for prompt, each in zip(prompts, options)
+        )))

@@ -22,13 +22,11 @@ Acceptance methods:
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from utils.burst import announce
 from utils.engine.client import OllamaServer, Step
 from utils.engine.drafters import Draft
 from utils.sampling import SamplingOptions, text_distribution
@@ -74,11 +72,8 @@ class PromptPrefixValidator:
             seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=len(prompts))]
         elif method == "rejection":
             top = MAX_TOP_LOGPROBS
-        burst = announce(len(prompts))
-        steps = await asyncio.gather(*(
-            self.server.next_token(self.model, prompt, base if seed is None else {**base, "seed": seed}, top, burst)
-            for prompt, seed in zip(prompts, seeds)
-        ))
+        steps = await self.server.next_tokens(
+            self.model, prompts, [base if seed is None else {**base, "seed": seed} for seed in seeds], top)
         if method == "rejection":
             verdict = self._rejection(steps, draft, options, rng)
         else:

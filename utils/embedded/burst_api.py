@@ -1,0 +1,61 @@
+"""`POST /speculative/burst`: a validator's K+1 one-token requests in one HTTP request.
+
+Over HTTP each nested request costs its own parsing, routing, JSON and round trip: about 2-3 ms
+apiece on an H100 machine's CPU, more than verifying a drafted token costs on its GPU. A validator
+that finds `"burst_endpoint": true` in `/api/version` sends its burst here instead: a list of
+ordinary `/api/generate` bodies (raw, not streamed, `num_predict` 1), answered with the list of what
+`/api/generate` would answer to each, from the same engine path (one announced burst, so one
+evaluation). Any other Ollama gets the K+1 requests (utils/engine/client.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from typing import Any
+
+from fastapi import FastAPI, Request
+from pydantic import BaseModel, Field
+from starlette.responses import Response
+
+from utils.api.http import ApiError, json_response
+from utils.api.schemas import GenerateBody
+from utils.embedded.answer import collect, job_for
+from utils.embedded.text import TextAssembler
+
+PATH = "/speculative/burst"
+MAX_REQUESTS = 64
+_ids = itertools.count()
+
+
+class BurstBody(BaseModel):
+    requests: list[GenerateBody] = Field(min_length=1, max_length=MAX_REQUESTS)
+
+
+def register(app: FastAPI, models: Any) -> None:
+    @app.post(PATH)
+    async def burst(body: BurstBody, request: Request) -> Response:
+        first = body.requests[0]
+        for each in body.requests:
+            each.check()
+            if each.model != first.model:
+                raise ApiError("every request of a burst must name the same model", 400)
+            if not each.raw or each.stream or each.options.num_predict != 1 or not each.prompt:
+                raise ApiError("a burst holds raw, non-streamed requests with num_predict 1 and a prompt", 400)
+            if each.format is not None or each.suffix or each.model_extra:
+                raise ApiError("a burst request has fields only /api/generate serves: "
+                               f"{sorted({*(each.model_extra or {}), *(['format'] if each.format else [])})}", 400)
+        runner, load = await models.get(first.model, first.options.num_ctx, first.keep_alive)
+        if any(each.options.num_ctx != first.options.num_ctx for each in body.requests):
+            raise ApiError("every request of a burst must use the same num_ctx", 400)
+        announced = (f"b{next(_ids)}", len(body.requests))
+        jobs = []
+        for each in body.requests:
+            job = job_for(each, each.prompt)
+            job.burst = announced  # evaluated together (bursts.py), submitted in this order
+            jobs.append(job)
+        answers = await asyncio.gather(*(
+            collect(request, runner, each, job, TextAssembler(each.options.stops()), load, chat=False)
+            for each, job in zip(body.requests, jobs)
+        ))
+        return json_response({"responses": answers})
