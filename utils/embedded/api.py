@@ -75,47 +75,36 @@ class Models:
             return runner, 0.0  # the common case: loaded under this very name, nothing to check
         name = self.resolve(name)
         self.residency.touch(name, keep_alive)  # an invalid keep_alive is a 400 before anything loads
-        async with self.lock:
-            runner = self.runners.get(name)
-            if runner and runner.num_ctx == wanted:
-                return runner, 0.0
-            started = time.perf_counter()
-            if runner:
-                await asyncio.to_thread(runner.close)
-            await self._verify(name, self.runners)
-            try:
-                runner = await asyncio.to_thread(
-                    ModelRunner, name, self.store.path(name), wanted, self.threads, self.batch,
-                    self.fast_batches, self.gpu_layers,
-                )
-            except Exception as error:  # noqa: BLE001 - a corrupt file must be a message, not a crash
-                self.runners.pop(name, None)
-                raise ApiError(f"model '{name}' failed to load: {error}", 500) from None
-            self.runners[name] = runner
-            self.residency.touch(name, keep_alive)  # its time counts from the end of loading
-            return runner, time.perf_counter() - started
+        return await self._load(name, wanted, keep_alive, self.runners, "", lambda path: ModelRunner(
+            name, path, wanted, self.threads, self.batch, self.fast_batches, self.gpu_layers))
 
     async def embedder(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> tuple[Embedder, float]:
         """The model's embedding context (embeddings.py), loaded on first use like a runner."""
         wanted = num_ctx or DEFAULT_NUM_CTX
         name = self.resolve(name)
         self.residency.touch(name, keep_alive)
+        return await self._load(name, wanted, keep_alive, self.embedders, " for embeddings",
+                                lambda path: Embedder(name, path, wanted, self.threads))
+
+    async def _load(self, name: str, wanted: int, keep_alive: Any, loaded: dict[str, Any], purpose: str,
+                    make: Any) -> tuple[Any, float]:
+        """`loaded[name]` with context `wanted`, (re)loaded by `make(path)` if needed; the load's time."""
         async with self.lock:
-            embedder = self.embedders.get(name)
-            if embedder and embedder.num_ctx == wanted:
-                return embedder, 0.0
+            current = loaded.get(name)
+            if current and current.num_ctx == wanted:
+                return current, 0.0
             started = time.perf_counter()
-            if embedder:
-                await asyncio.to_thread(embedder.close)
-            await self._verify(name, self.embedders)
+            if current:
+                await asyncio.to_thread(current.close)
+            await self._verify(name, loaded)
             try:
-                embedder = await asyncio.to_thread(Embedder, name, self.store.path(name), wanted, self.threads)
+                current = await asyncio.to_thread(make, self.store.path(name))
             except Exception as error:  # noqa: BLE001 - a corrupt file must be a message, not a crash
-                self.embedders.pop(name, None)
-                raise ApiError(f"model '{name}' failed to load for embeddings: {error}", 500) from None
-            self.embedders[name] = embedder
-            self.residency.touch(name, keep_alive)
-            return embedder, time.perf_counter() - started
+                loaded.pop(name, None)
+                raise ApiError(f"model '{name}' failed to load{purpose}: {error}", 500) from None
+            loaded[name] = current
+            self.residency.touch(name, keep_alive)  # its time counts from the end of loading
+            return current, time.perf_counter() - started
 
     async def _verify(self, name: str, loaded: dict[str, Any]) -> None:
         try:  # a truncated or damaged file is refused before llama.cpp reads it
