@@ -10,10 +10,11 @@ import streamlit as st
 
 from utils.app.answer_view import Answer, Streaming, show_message, stream_answer
 from utils.app.conversations import baseline_controls, chat_history, conversation_list, conversation_tools
-from utils.app.runtime import require_server, store
+from utils.app.runtime import current, store
 from utils.app.speed import remember_baseline
 
-settings, server, choices = require_server()
+settings, server, choices = current()
+usable = server is not None and choices is not None  # without, the conversations stay readable
 conversations = store(settings)
 streaming: Streaming | None = st.session_state.get("streaming")  # an answer asked for, or being generated
 if streaming is not None and streaming.started:  # a run streams it, and this run interrupted that one
@@ -22,11 +23,16 @@ if streaming is not None and streaming.started:  # a run streams it, and this ru
 
 st.title("Chat")
 highlight = st.sidebar.toggle("Highlight accepted draft tokens", value=True, key="highlight")
-baseline = baseline_controls(settings, server.url, choices.target)
+if usable:
+    baseline = baseline_controls(settings, server.url, choices.target)
+else:
+    baseline = None
+    st.warning("No usable server or model just now (see the sidebar): the conversations stay readable, and "
+               "questions can be asked again once the server answers.")
 conversation = conversation_list(conversations)
 conversation_id = conversation["id"] if conversation else None
-if streaming is not None and streaming.conversation_id != conversation_id:
-    streaming = st.session_state.streaming = None  # that conversation is gone: nothing to answer
+if streaming is not None and (streaming.conversation_id != conversation_id or not usable):
+    streaming = st.session_state.streaming = None  # that conversation is gone, or no server: nothing to answer
 conversation_tools(conversations, conversation)
 
 messages = conversations.messages(conversation_id) if conversation_id else []
@@ -35,7 +41,8 @@ for index, message in enumerate(messages):
     show_message(message, highlight, charts=index == last_answer and streaming is None)
 
 # Disabled while an answer streams: a question cannot be typed, so none is lost (Stop ends the answer).
-if prompt := st.chat_input("Ask the target model something", key="prompt", disabled=streaming is not None):
+prompt = st.chat_input("Ask the target model something", key="prompt", disabled=streaming is not None or not usable)
+if prompt and prompt.strip():  # a message of spaces alone is not sent
     if conversation_id is None:
         conversation_id = st.session_state.conversation_id = conversations.create(prompt)  # saved only now
         st.session_state.new_conversation = False

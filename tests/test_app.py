@@ -172,7 +172,10 @@ def test_server_down_says_what_to_do(data_dir, monkeypatch):
     [error] = at.sidebar.error
     assert "cannot reach the Ollama server at http://127.0.0.1:9" in error.value
     assert "unset OLLAMA_HOST" in error.value
-    assert "see the message in the sidebar" in at.info[0].value
+    # The chat page says so and keeps its conversations readable, with the input off.
+    assert "No usable server or model just now (see the sidebar)" in at.warning[0].value
+    assert at.chat_input[0].disabled
+    assert "restart_server" not in [b.key for b in at.sidebar.button]  # OLLAMA_HOST's is not the app's to start
 
 
 def test_chat_context_full_keeps_the_answer_with_a_note(data_dir, monkeypatch):
@@ -329,8 +332,12 @@ def test_explain_goes_by_the_kind_of_error():
     from utils.engine.client import ContextFull, ModelNotFound, ServerError, ServerTimeout, ServerUnreachable
     from utils.engine.events import GenerationError
 
-    settings = config.Settings()
-    assert "Start the server" in explain(ServerUnreachable("no route to 10.0.0.1"), settings)
+    settings = config.Settings(OLLAMA_HOST="http://10.0.0.1:11434")
+    assert "Start the Ollama server at OLLAMA_HOST" in explain(ServerUnreachable("no route to 10.0.0.1"), settings)
+    # Without OLLAMA_HOST the app runs the server: no advice to unset a variable that is not set.
+    own = config.Settings(OLLAMA_HOST=None)
+    advice = explain(ServerUnreachable("connection refused"), own)
+    assert "OLLAMA_HOST" not in advice and "the app starts it again" in advice
     assert "Models page" in explain(ModelNotFound("model 'x' missing"), settings)
     assert "try again" in explain(ServerTimeout("slow"), settings)
     assert "no longer fits in the model's context" in explain(ContextFull("too long"), settings)

@@ -15,7 +15,7 @@ import streamlit as st
 from config import Settings
 from utils.app.charts import CHART_REFRESH_SECONDS, answer_figure, chart_key
 from utils.app.highlight import pieces_html
-from utils.app.runtime import context_full, explain, iterate, server
+from utils.app.runtime import context_full, failure_text, iterate, server
 from utils.app.sidebar import Choices
 from utils.app.speed import speedup_text
 from utils.app.store import stats_summary
@@ -125,9 +125,9 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     except GenerationError as error:
         answer.text = error.partial
         kept = "the partial text was kept" if error.partial else "no text was generated"
-        answer.note = f"The answer stopped early: {explain(error, settings)} ({kept})"
+        answer.note = f"The answer stopped early ({kept}): {failure_text(error, settings)}"
     except (ServerError, HostError) as error:
-        answer.note = explain(error, settings)
+        answer.note = failure_text(error, settings)
     except BaseException:  # Streamlit stopping or rerunning the script: keep what was generated
         answer.stop()
         raise

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from config import Settings
-from utils.app.runtime import ServerInfo, explain, run, server, server_info
+from utils.app.runtime import ServerInfo, app_server, explain, run, server, server_info
 from utils.bench.advisor import check_parallel
 from utils.engine.client import LOGPROBS_SINCE, ServerError
 from utils.engine.drafters import NONE, model_free_drafters
@@ -83,10 +83,16 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
         info = server_info(settings)
     except (HostError, ServerError) as error:
         bar.error(explain(error, settings))
+        _restart_button(settings)
         return None, None
     where = "embedded llama.cpp server" if info.embedded else "Ollama"
-    source = "OLLAMA_HOST" if settings.ollama_host else "started by this app"
+    keeper = app_server(settings)
+    source = f"started by this app, pid {keeper.pid}" if keeper.owns_server else "OLLAMA_HOST"
     bar.markdown(f"**Server:** {where} at `{info.url}` ({source}), API {info.version}")
+    if keeper.restarts:
+        last = keeper.restarts[-1]
+        bar.caption(f"The embedded server {last.why} at {last.at:%H:%M:%S}; the app started it again "
+                    f"({len(keeper.restarts)} restart{'s' if len(keeper.restarts) > 1 else ''} so far).")
     if not info.models:
         bar.error("This server has no models: install one on the Models page, or `ollama pull` one.")
         return info, None
@@ -129,6 +135,22 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
     max_tokens = bar.number_input("Max tokens", 1, 8192, 256, key="max_tokens")
     return info, Choices(target, drafter, k, p_min, draft_top_k, temperature, int(top_k),
                          None if seed is None else int(seed), int(max_tokens))
+
+
+def _restart_button(settings: Settings) -> None:
+    """Where the app runs the server itself, a button that starts it again (the app also does so on
+    its own whenever it finds the server dead)."""
+    keeper = app_server(settings)
+    if not keeper.owns_server:
+        return
+    if st.sidebar.button("Restart the embedded server", icon=":material/restart_alt:", key="restart_server"):
+        try:
+            with st.spinner("Starting the embedded server…"):
+                keeper.restart()
+        except HostError as error:
+            st.sidebar.error(explain(error, settings))
+            return
+        st.rerun()
 
 
 def _parallel_note(settings: Settings, info: ServerInfo, target: str) -> None:
