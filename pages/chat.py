@@ -9,7 +9,15 @@ the stopped one has saved the partial answer, then shows it from the store.
 import streamlit as st
 
 from utils.app.answer_view import Answer, Streaming, show_message, stream_answer
-from utils.app.conversations import baseline_controls, chat_history, conversation_list, conversation_tools
+from utils.app.conversations import (
+    baseline_controls,
+    chat_history,
+    conversation_list,
+    conversation_tools,
+    edit_question,
+    message_actions,
+)
+from utils.app.preferences import Preferences
 from utils.app.runtime import current, store
 from utils.app.speed import remember_baseline
 
@@ -22,7 +30,8 @@ if streaming is not None and streaming.started:  # a run streams it, and this ru
     streaming = st.session_state.streaming = None
 
 st.title("Chat")
-highlight = st.sidebar.toggle("Highlight accepted draft tokens", value=True, key="highlight")
+highlight = st.sidebar.toggle("Highlight accepted draft tokens", key="highlight",
+                              value=Preferences(conversations).default("highlight", True))
 if usable:
     baseline = baseline_controls(settings, server.url, choices.target)
 else:
@@ -37,8 +46,14 @@ conversation_tools(conversations, conversation)
 
 messages = conversations.messages(conversation_id) if conversation_id else []
 last_answer = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+editing = st.session_state.get("editing")
 for index, message in enumerate(messages):
-    show_message(message, highlight, charts=index == last_answer and streaming is None)
+    if message["id"] == editing and streaming is None:
+        edit_question(conversations, message, first=index == 0)
+        continue
+    show_message(message, highlight, charts=index == last_answer and streaming is None,
+                 actions=lambda index=index: message_actions(conversations, messages, index,
+                                                             enabled=streaming is None and usable))
 
 # Disabled while an answer streams: a question cannot be typed, so none is lost (Stop ends the answer).
 prompt = st.chat_input("Ask the target model something", key="prompt", disabled=streaming is not None or not usable)

@@ -125,8 +125,17 @@ def choose(page: Page, label: str, option: str) -> None:
     expect(box).to_have_value(option)
 
 
+def open_advanced(page: Page) -> None:
+    """Unfold the sidebar's 'Advanced settings' (unfolding runs no script)."""
+    expander = sidebar(page).get_by_test_id("stExpander").filter(has_text="Advanced settings")
+    if expander.locator("details").get_attribute("open") is None:
+        expander.get_by_text("Advanced settings", exact=True).click()
+    expect(expander.locator("details")).to_have_attribute("open", "")
+
+
 def set_draft_length(page: Page, value: str) -> None:
-    """The 'Draft length K' select slider, moved with the keyboard as a person can."""
+    """The 'Draft length K' select slider (under Advanced settings), moved with the keyboard as a person can."""
+    open_advanced(page)
     slider = sidebar(page).get_by_role("slider", name="Draft length K")
     for _ in range(12):
         current = slider.get_attribute("aria-valuetext")
@@ -196,3 +205,29 @@ def screenshot(page: Page, name: str) -> Path:
     page.set_viewport_size(VIEWPORT)
     assert path.stat().st_size > 10_000
     return path
+
+
+# Whether any chat message showed the typing cursor: while a run redraws the page, messages of the run
+# before stay in place (stale) below the one streaming, so "the last message" is not the streaming one.
+WATCH_CURSOR = """() => {
+  window.__cursorSeen = false;
+  new MutationObserver(() => {
+    for (const m of document.querySelectorAll('[data-testid="stChatMessage"]'))
+      if (m.innerText.includes('\\u258c')) window.__cursorSeen = true;
+  }).observe(document.body, {subtree: true, childList: true, characterData: true});
+}"""
+ANSWER_REDRAWN = """() => {
+  const answers = [...document.querySelectorAll('[data-testid="stChatMessage"]')]
+    .filter(m => m.querySelector('[data-testid="stChatMessageAvatarAssistant"]'));
+  const last = answers[answers.length - 1];
+  return window.__cursorSeen && !!last && !!last.querySelector('[data-testid="stExpander"]')
+    && !last.innerText.includes('\\u258c') && """ + SCRIPT_STATE + """ === 'notRunning';
+}"""
+
+
+def answer_after(page: Page, action: Callable[[], None]) -> None:
+    """Click something that asks for a new answer (Regenerate, Send after an edit) and wait until that
+    answer has streamed (its cursor showed), been saved and been redrawn with its stats."""
+    page.evaluate(WATCH_CURSOR)
+    action()
+    page.wait_for_function(ANSWER_REDRAWN, timeout=ANSWER_TIMEOUT)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -145,8 +145,10 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     return answer
 
 
-def show_message(message: dict[str, Any], highlight: bool, charts: bool = False) -> None:
-    """One stored message, as st.chat_message, with its stats one click away."""
+def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
+                 actions: Callable[[], None] | None = None) -> None:
+    """One stored message, as st.chat_message, with its stats one click away and `actions` (buttons)
+    drawn at its foot."""
     with st.chat_message(message["role"]):
         show_text(st.container(), message["content"], message.get("pieces"), highlight)
         stats = message.get("stats")
@@ -160,3 +162,5 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False)
                 st.plotly_chart(answer_figure(stats, message.get("baseline")))
             with st.expander("Stats"):
                 st.json(stats, expanded=1)
+        if actions is not None:
+            actions()
