@@ -10,6 +10,7 @@ import streamlit as st
 
 from utils.app.answer_view import Answer, Streaming, show_message, stream_answer
 from utils.app.conversations import (
+    ask,
     baseline_controls,
     chat_history,
     conversation_list,
@@ -17,6 +18,7 @@ from utils.app.conversations import (
     edit_question,
     message_actions,
 )
+from utils.app.examples import INTRO, first_screen
 from utils.app.preferences import Preferences
 from utils.app.runtime import current, store
 from utils.app.speed import remember_baseline
@@ -30,6 +32,7 @@ if streaming is not None and streaming.started:  # a run streams it, and this ru
     streaming = st.session_state.streaming = None
 
 st.title("Chat")
+st.caption(INTRO)
 highlight = st.sidebar.toggle("Highlight accepted draft tokens", key="highlight",
                               value=Preferences(conversations).default("highlight", True))
 if usable:
@@ -46,6 +49,8 @@ conversation_tools(conversations, conversation)
 
 messages = conversations.messages(conversation_id) if conversation_id else []
 last_answer = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=None)
+if not messages and streaming is None:
+    first_screen(conversations, server.models if usable else [], enabled=usable)
 editing = st.session_state.get("editing")
 for index, message in enumerate(messages):
     if message["id"] == editing and streaming is None:
@@ -58,13 +63,7 @@ for index, message in enumerate(messages):
 # Disabled while an answer streams: a question cannot be typed, so none is lost (Stop ends the answer).
 prompt = st.chat_input("Ask the target model something", key="prompt", disabled=streaming is not None or not usable)
 if prompt and prompt.strip():  # a message of spaces alone is not sent
-    if conversation_id is None:
-        conversation_id = st.session_state.conversation_id = conversations.create(prompt)  # saved only now
-        st.session_state.new_conversation = False
-    elif not messages:
-        conversations.rename(conversation_id, prompt)  # a new conversation is named by its first question
-    conversations.add_message(conversation_id, "user", prompt)
-    st.session_state.streaming = Streaming(conversation_id)
+    ask(conversations, conversation_id, prompt)
     st.rerun()  # the next run streams the answer, with the input disabled
 
 if streaming is not None:

@@ -98,6 +98,20 @@ def conversation_tools(conversations: ConversationStore, conversation: dict[str,
         no.button("Cancel", on_click=keep, key="delete-cancel")
 
 
+def ask(conversations: ConversationStore, conversation_id: int | None, prompt: str) -> int:
+    """Save a question and ask the next run to answer it. A new conversation is stored only now (so none
+    is ever empty) and is named by its first question."""
+    if conversation_id is None:
+        conversation_id = conversations.create(prompt)
+    elif not conversations.messages(conversation_id):
+        conversations.rename(conversation_id, prompt)
+    conversations.add_message(conversation_id, "user", prompt)
+    state = st.session_state
+    state.conversation_id, state.new_conversation = conversation_id, False
+    state.streaming = Streaming(conversation_id)
+    return conversation_id
+
+
 def message_actions(conversations: ConversationStore, messages: list[dict[str, Any]], index: int,
                     enabled: bool) -> None:
     """Under a question: Edit (then resend it, which drops everything after it). Under the last answer:
