@@ -309,13 +309,21 @@ def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
     assert len(categories.options) > 1
     categories.set_value([categories.options[0]])
     at.multiselect(key="bench_drafters").set_value(["lookup"])
-    at.number_input(key="bench_limit").set_value(1)
-    at.number_input(key="bench_max_tokens").set_value(8)
-    at.get("form_submit_button")[0].click().run()
+    assert at.number_input(key="bench_limit").value == 1 and at.number_input(key="bench_repeat").value == 2
+    at.number_input(key="bench_repeat").set_value(1)
+    at.number_input(key="bench_max_tokens").set_value(8).run()
+    # Before it runs: its size, and no time estimate until a standard speed was measured.
+    [size] = [i.value for i in at.info]
+    assert size.startswith("2 answers (2 configurations, standard generation included, × 1 repeat), up to 16 tokens")
+    assert "measure the baseline" in size
+    at.button(key="bench_start").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     assert at.get("plotly_chart")
-    assert len(at.dataframe[0].value) >= 1
+    table = at.dataframe[0].value
+    assert len(table) >= 1
+    assert set(table["verdict"]) <= {"nothing drafted", "one run: no spread"}
+    assert all(value == "—" or value.startswith("×") for value in table["speed-up (median)"])
     assert any(s.value.startswith("Benchmark saved in") for s in at.success)
 
     # Past runs stay listed in a new session.
