@@ -268,7 +268,12 @@ def test_compare_runs_both_side_by_side(data_dir):
     assert any("identical" in v or "differ" in v for v in verdicts)
     assert [m.label for m in at.metric][-1] == "Speed-up"
     assert at.session_state.comparison["order"] == ["standard", "speculative"]
+    # Three pairs (the default): the one shown, then two timed only, each in the other order.
+    pairs = at.session_state.comparison["pairs"]
+    assert [p["order"][0] for p in pairs] == ["standard", "speculative", "standard"]
+    assert all(p["standard"]["mode"] == "standard" and p["speculative"]["drafter"] == "lookup" for p in pairs)
 
+    at.number_input(key="compare_repeats").set_value(1)
     at.button[0].click().run()  # the next run starts with the other one
     assert not at.exception, at.exception
     assert at.session_state.comparison["order"] == ["speculative", "standard"]
@@ -435,6 +440,32 @@ def test_compare_shows_no_speedup_where_nothing_was_drafted():
     assert at.metric[-1].label == "Speed-up" and at.metric[-1].value == "—"
     assert ("No speed-up shown: drafted 0 of 127 tokens: the controller found drafting did not pay here"
             in at.info[0].value)
+
+
+def test_compare_shows_the_median_and_spread_of_its_pairs_and_says_within_noise():
+    def page():
+        from tests.test_app import speculative_stats
+        from utils.app.compare import show_comparison
+
+        def standard(tps: float) -> dict:
+            return {"mode": "standard", "target": "m", "output_tokens": 100, "tokens_per_second": tps,
+                    "time_to_first_token_s": 0.2}
+
+        def drafted(tps: float) -> dict:
+            return {**speculative_stats(100, 80, 60, [4] * 20, tokens_per_second=tps), "time_to_first_token_s": 0.1}
+
+        orders = [["standard", "speculative"], ["speculative", "standard"], ["standard", "speculative"]]
+        pairs = [{"order": o, "standard": standard(20.0), "speculative": drafted(tps)}
+                 for o, tps in zip(orders, (26.0, 18.0, 24.0), strict=True)]
+        show_comparison({"order": orders[0], "temperature": 0.0, "pairs": pairs,
+                         "standard": {"text": "a", "pieces": [], "stats": pairs[0]["standard"], "note": None},
+                         "speculative": {"text": "a", "pieces": [], "stats": pairs[0]["speculative"], "note": None}})
+
+    at = AppTest.from_function(page, default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert at.metric[-1].value == "×1.20"  # the median of ×1.30, ×0.90, ×1.20
+    assert ("Speed-up over 3 pairs, each side first as often as second: median ×1.20, range ×0.90 – ×1.30 — within "
+            "noise" in " ".join(c.value for c in at.caption))
 
 
 def test_advisor_never_recommends_a_draft_that_drafted_nothing():
