@@ -12,8 +12,10 @@ from playwright.sync_api import Page, expect
 from tests.e2e.conftest import RunningApp
 from tests.e2e.driving import (
     ANSWER_TIMEOUT,
+    LOOKUP_OPTION,
     answer_after,
     assistant_messages,
+    choose,
     open_app,
     rerun_after,
     send,
@@ -27,6 +29,7 @@ FIRST = "Name a fruit."
 SECOND = "Name a colour."
 EDITED = "Name a vegetable."
 OTHER = "Name an animal."
+PLANET = "Name a planet."
 
 
 def conversations(app: RunningApp) -> ConversationStore:
@@ -78,6 +81,18 @@ def test_regenerate_the_last_answer_then_edit_and_resend_a_question(page: Page, 
     expect(page.get_by_text(SECOND)).to_have_count(0)
     assert store.conversation(cid)["title"] == EDITED  # named by its first question, as before
     expect(sidebar(page).get_by_role("button", name=EDITED)).to_be_visible()
+
+    # With speculation on but nothing drafted (a short answer: the adaptive controller measures standard
+    # speed first), no speed-up is shown, though a baseline exists: the reason is shown instead.
+    expect(sidebar(page).get_by_text("Speed-ups are measured against the standard baseline")).to_be_visible()
+    set_switch(page, "Speculative decoding", True)
+    choose(page, "Drafter", LOOKUP_OPTION)
+    set_number(page, "Max tokens", 12)
+    send(page, PLANET)
+    assert store.messages(cid)[-1]["stats"]["drafted_tokens"] == 0
+    caption = assistant_messages(page).last.get_by_test_id("stCaptionContainer").first
+    expect(caption).to_contain_text("no speed-up shown: drafted 0 of")
+    expect(caption).not_to_contain_text("speed-up ×")
 
 
 def test_new_twice_then_a_question_delete_asks_search_and_settings_survive_a_reload(
