@@ -168,6 +168,10 @@ def test_chat_standard_then_speculative_persists_across_reload(data_dir):
 def test_server_down_says_what_to_do(data_dir, monkeypatch):
     monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:9")  # nothing listens there
     config.get_settings.cache_clear()
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    kept = stored.create("kept")
+    stored.add_message(kept, "user", "still here?")
+    stored.add_message(kept, "assistant", "yes")
     at = open_app()
     [error] = at.sidebar.error
     assert "cannot reach the Ollama server at http://127.0.0.1:9" in error.value
@@ -175,6 +179,9 @@ def test_server_down_says_what_to_do(data_dir, monkeypatch):
     # The chat page says so and keeps its conversations readable, with the input off.
     assert "No usable server or model just now (see the sidebar)" in at.warning[0].value
     assert at.chat_input[0].disabled
+    assert [m.markdown[0].value for m in at.chat_message] == ["still here?", "yes"]
+    actions = [b for b in at.button if b.key and b.key.startswith(("regenerate-", "edit-"))]
+    assert len(actions) == 2 and all(b.disabled for b in actions)
     assert "restart_server" not in [b.key for b in at.sidebar.button]  # OLLAMA_HOST's is not the app's to start
 
 
