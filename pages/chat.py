@@ -3,7 +3,9 @@
 A question is saved and the page reruns; that run streams the answer with a Stop button and the chat
 input disabled (nothing typed meanwhile is lost), saves it, stopped or not, and reruns again. Stop (or
 any other widget) starts a new run while the streaming one is being stopped: the new run waits until
-the stopped one has saved the partial answer, then shows it from the store.
+the stopped one has saved the partial answer, then shows it from the store. Regenerate, Edit and
+resend, and the example prompts work the same way: their callbacks change the store and set
+`streaming`, and the run they start streams the answer.
 """
 
 import streamlit as st
