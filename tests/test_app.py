@@ -563,3 +563,16 @@ def test_chat_shows_a_highlighted_code_block(data_dir):
             in shown)
     at.sidebar.toggle(key="highlight").set_value(False).run()  # off: Streamlit's own Markdown of the same text
     assert answer_texts(at) == [text.strip()]
+
+
+def test_the_chart_says_so_far_only_while_the_answer_streams():
+    from utils.app.speed import speedup_so_far
+
+    baseline = {"tokens_per_second": 20.0}
+    live = speculative_stats(100, 80, 60, [4] * 20)
+    live["done_reason"] = ""
+    assert speedup_so_far(live, baseline, 30.0) == "speed-up so far ×1.50 against the standard baseline"
+    finished = {**live, "done_reason": "stop"}
+    assert speedup_so_far(finished, baseline, 30.0) == "speed-up ×1.50 against the standard baseline"
+    short = {**finished, "output_tokens": 3, "drafted_tokens": 3}
+    assert "too short an answer" in speedup_so_far(short, baseline, 30.0)

@@ -158,9 +158,11 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
             st.warning(message["note"])
         if stats:
             st.caption(f"{stats_summary(stats)} · {speedup_text(stats, message.get('baseline'))}")
-            if charts:
+            if charts:  # the last answer's charts in view, the others' one click away
                 st.plotly_chart(answer_figure(stats, message.get("baseline")))
             with st.expander("Stats"):
+                if not charts:
+                    st.plotly_chart(answer_figure(stats, message.get("baseline")), key=f"charts-{message['id']}")
                 st.json(stats, expanded=1)
         if actions is not None:
             actions()
