@@ -358,7 +358,9 @@ def test_explain_goes_by_the_kind_of_error():
     own = config.Settings(OLLAMA_HOST=None)
     advice = explain(ServerUnreachable("connection refused"), own)
     assert "OLLAMA_HOST" not in advice and "the app starts it again" in advice
-    assert "Models page" in explain(ModelNotFound("model 'x' missing"), settings)
+    assert "`ollama pull`" in explain(ModelNotFound("model 'x' missing"), settings)
+    assert "Models page" in explain(ModelNotFound("model 'x' missing"), config.Settings(OLLAMA_HOST=None))
+    assert "ollama pull" not in explain(ModelNotFound("model 'x' missing"), config.Settings(OLLAMA_HOST=None))
     assert "try again" in explain(ServerTimeout("slow"), settings)
     assert "no longer fits in the model's context" in explain(ContextFull("too long"), settings)
     # The words of a message do not decide: a plain ServerError that mentions "not found" stays as it is.

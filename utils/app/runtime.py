@@ -204,8 +204,13 @@ def explain(error: BaseException, settings: Settings | None = None) -> str:
         return (f"{message}. The server may be busy or loading a model: try again, or raise "
                 "SPEC_REQUEST_TIMEOUT and restart the app.")
     if isinstance(error, ModelNotFound):
-        return (f"{message}. Install it on the Models page (embedded server) or run `ollama pull` for it, "
-                "or pick another model in the sidebar.")
+        if settings is None:
+            where = "Install it on the Models page (embedded server) or run `ollama pull` for it"
+        elif settings.ollama_host:
+            where = "Run `ollama pull` for it where the Ollama at OLLAMA_HOST runs"
+        else:
+            where = "Install it on the Models page"
+        return f"{message}. {where}, or pick another model in the sidebar."
     if isinstance(error, ContextFull):
         return context_full(settings)
     return message
