@@ -578,3 +578,19 @@ def test_the_chart_says_so_far_only_while_the_answer_streams():
     assert speedup_so_far(finished, baseline, 30.0) == "speed-up ×1.50 against the standard baseline"
     short = {**finished, "output_tokens": 3, "drafted_tokens": 3}
     assert "too short an answer" in speedup_so_far(short, baseline, 30.0)
+
+
+def test_the_qwen_example_picks_the_pair_and_answers_with_it(data_dir):
+    at = open_app()
+    at.sidebar.number_input(key="max_tokens").set_value(12).run()
+    [qwen] = [b for b in at.button if b.key == "example-Complete code with the Qwen pair"]
+    assert not qwen.disabled  # the test server has both models
+    qwen.click().run()
+    assert not at.exception, at.exception
+    assert at.sidebar.selectbox(key="target").value == "qwen2.5-coder:1.5b"
+    assert at.sidebar.selectbox(key="drafter").value == "qwen2.5-coder:0.5b"
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    [conversation] = stored.conversations()
+    question, answer = stored.messages(conversation["id"])
+    assert question["content"].startswith("Complete this Python function")
+    assert answer["stats"]["target"] == "qwen2.5-coder:1.5b" and answer["stats"]["drafter"] == "qwen2.5-coder:0.5b"
