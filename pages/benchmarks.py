@@ -8,10 +8,10 @@ from utils.app.benchmarks import (
     DEFAULT_PROMPTS_PER_CATEGORY,
     DEFAULT_REPEATS,
     ProgressText,
-    estimate,
+    estimate_panel,
     summary_table,
 )
-from utils.app.runtime import PROJECT_DIR, current, explain, store
+from utils.app.runtime import PROJECT_DIR, current, explain
 from utils.bench import report
 from utils.bench import runner as bench
 from utils.engine.drafters import model_free_drafters
@@ -47,7 +47,7 @@ if server is not None and choices is not None:
                                categories=chosen_categories)
     ready = bool(chosen_categories and drafters and ks)
     if ready:
-        st.info(estimate(config, store(settings).baseline(server.url, target)))
+        estimate_panel(settings, server.url, config)
     else:
         st.warning("Pick at least one category, one drafter and one draft length.")
     if st.button("Run benchmark", type="primary", disabled=not ready, key="bench_start"):

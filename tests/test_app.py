@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -327,7 +328,12 @@ def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
     # Before it runs: its size, and no time estimate until a standard speed was measured.
     [size] = [i.value for i in at.info]
     assert size.startswith("2 answers (2 configurations, standard generation included, × 1 repeat), up to 16 tokens")
-    assert "measure the baseline" in size
+    assert "measure it (below) for a time estimate" in size
+    at.button(key="bench_measure").click().run()  # one short standard answer: then a time estimate
+    assert not at.exception, at.exception
+    [size] = [i.value for i in at.info]
+    assert re.search(r"up to 16 tokens: at most about \d+ s at \d+\.\d tokens/s\.$", size), size
+    assert not [b for b in at.button if b.key == "bench_measure"]
     at.button(key="bench_start").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]

@@ -28,7 +28,7 @@ def test_estimate_says_the_size_and_a_time_only_from_a_measured_speed():
     config = BenchConfig(PROMPTS, "smollm2:135m", ["lookup"], repeat=1, limit=1, max_tokens=50, categories=["code"])
     unknown = estimate(config, None)
     assert unknown.startswith("2 answers (2 configurations, standard generation included, × 1 repeat), up to 100 "
-                              "tokens.") and "measure the baseline" in unknown
+                              "tokens.") and "measure it (below) for a time estimate" in unknown
     known = estimate(config, {"tokens_per_second": 10.0})
     assert known.endswith("at most about 30 s at 10.0 tokens/s.")  # 100 tokens / 10 + 2 × 10 s of loading
 

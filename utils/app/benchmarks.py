@@ -8,7 +8,15 @@ import math
 import time
 from typing import Any
 
+import streamlit as st
+
+from config import Settings
+from utils.app.runtime import explain, store
+from utils.app.speed import BASELINE_MAX_TOKENS, measure_baseline
 from utils.bench import runner as bench
+from utils.engine.client import ServerError
+from utils.engine.events import GenerationError
+from utils.hosts import HostError
 
 DEFAULT_PROMPTS_PER_CATEGORY = 1  # a first run that takes minutes, not an hour
 DEFAULT_REPEATS = 2  # the least that shows a spread
@@ -30,10 +38,27 @@ def estimate(config: bench.BenchConfig, baseline: dict[str, Any] | None) -> str:
     size = (f"{answers} answers ({len(config.configurations())} configurations, standard generation included, "
             f"× {config.repeat} repeat{'s' if config.repeat > 1 else ''}), up to {tokens:,} tokens")
     if not baseline:
-        return (f"{size}. No standard speed measured for {config.target} on this server yet: measure the baseline "
-                "in the Chat page's sidebar for a time estimate.")
+        return (f"{size}. No standard speed measured for {config.target} on this server yet: measure it (below) "
+                "for a time estimate.")
     seconds = tokens / baseline["tokens_per_second"] + LOAD_SECONDS * len(config.configurations())
     return f"{size}: at most about {duration(seconds)} at {baseline['tokens_per_second']:.1f} tokens/s."
+
+
+def estimate_panel(settings: Settings, url: str, config: bench.BenchConfig) -> None:
+    """The run's size and time estimate; where the target's standard speed is unknown, a button that
+    measures it (one short standard answer, kept as the Chat page's baseline too)."""
+    conversations = store(settings)
+    baseline = conversations.baseline(url, config.target)
+    st.info(estimate(config, baseline))
+    if baseline is None and st.button("Measure the standard speed", key="bench_measure",
+                                      help=f"a standard answer of {BASELINE_MAX_TOKENS} tokens on this server"):
+        try:
+            with st.spinner("Generating a standard answer…"):
+                measure_baseline(settings, url, config.target)
+        except (ServerError, GenerationError, HostError) as error:
+            st.error(explain(error, settings))
+            return
+        st.rerun()
 
 
 def duration(seconds: float) -> str:
