@@ -179,7 +179,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     def progress(done: int, total: int, label: str) -> None:
         width = 30
         filled = width * done // max(total, 1)
-        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:50]:50}", end="", file=sys.stderr,
+        print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:70]:70}", end="", file=sys.stderr,
               flush=True)
 
     try:

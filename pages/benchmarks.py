@@ -4,6 +4,13 @@ from pathlib import Path
 
 import streamlit as st
 
+from utils.app.benchmarks import (
+    DEFAULT_PROMPTS_PER_CATEGORY,
+    DEFAULT_REPEATS,
+    ProgressText,
+    estimate_panel,
+    summary_table,
+)
 from utils.app.runtime import PROJECT_DIR, current, explain
 from utils.bench import report
 from utils.bench import runner as bench
@@ -21,28 +28,33 @@ if server is not None and choices is not None:
     except (OSError, ValueError) as error:
         st.error(f"Cannot read the prompt set: {error}. Give the path of a JSON-lines file of prompts.")
         st.stop()
-    with st.form("benchmark"):
-        chosen_categories = st.multiselect("Categories", categories, default=categories, key="bench_categories")
-        target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="bench_target")
-        drafters = st.multiselect("Drafters", [*model_free_drafters(), *server.models], key="bench_drafters",
-                                  default=[choices.drafter] if choices.speculative else list(model_free_drafters())[:1])
-        ks = st.multiselect("Draft lengths", ["auto", "2", "4", "6", "8"], default=["auto"], key="bench_ks")
-        repeat = st.number_input("Repeats", 1, 10, 1, key="bench_repeat")
-        limit = st.number_input("Prompts per category (0: all)", 0, 1000, 0, key="bench_limit")
-        max_tokens = st.number_input("Max tokens per answer (0: as the prompt set says)", 0, 4096, 0,
-                                     key="bench_max_tokens")
-        start = st.form_submit_button("Run benchmark", type="primary")
-    if start and not (chosen_categories and drafters and ks):
-        st.error("Pick at least one category, one drafter and one draft length.")
-    elif start:
-        # No out_dir: each run gets a new dated folder under the data folder, listed below.
-        config = bench.BenchConfig(prompts_file=prompts_path, target=target, drafters=drafters, ks=ks,
-                                   repeat=int(repeat), limit=int(limit) or None, max_tokens=int(max_tokens) or None,
-                                   categories=chosen_categories)
-        bar = st.progress(0.0, text="Starting…")
+    chosen_categories = st.multiselect("Categories", categories, default=categories, key="bench_categories")
+    target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="bench_target")
+    drafters = st.multiselect("Drafters", [*model_free_drafters(), *server.models], key="bench_drafters",
+                              default=[choices.drafter] if choices.speculative else list(model_free_drafters())[:1])
+    left, middle, right, last = st.columns(4)
+    limit = left.number_input("Prompts per category (0: all)", 0, 1000, DEFAULT_PROMPTS_PER_CATEGORY,
+                              key="bench_limit")
+    repeat = middle.number_input("Repeats", 1, 10, DEFAULT_REPEATS, key="bench_repeat",
+                                 help="each answer again, alternating which configuration goes first; the "
+                                      "spread of the repeats tells a real difference from noise")
+    ks = right.multiselect("Draft lengths", ["auto", "2", "4", "6", "8"], default=["auto"], key="bench_ks")
+    max_tokens = last.number_input("Max tokens per answer (0: as the prompt set says)", 0, 4096, 0,
+                                   key="bench_max_tokens")
+    # No out_dir: each run gets a new dated folder under the data folder, listed below.
+    config = bench.BenchConfig(prompts_file=prompts_path, target=target, drafters=drafters, ks=ks,
+                               repeat=int(repeat), limit=int(limit) or None, max_tokens=int(max_tokens) or None,
+                               categories=chosen_categories)
+    ready = bool(chosen_categories and drafters and ks)
+    if ready:
+        estimate_panel(settings, server.url, config)
+    else:
+        st.warning("Pick at least one category, one drafter and one draft length.")
+    if st.button("Run benchmark", type="primary", disabled=not ready, key="bench_start"):
+        bar, words = st.progress(0.0, text="Loading the models…"), ProgressText()
         try:
             folder = bench.run_bench(settings, config, progress=lambda done, total, label: bar.progress(
-                done / total if total else 1.0, text=f"{done}/{total} {label}"))
+                done / total if total else 1.0, text=words(done, total, label)))
             st.session_state.bench_run = str(folder)
             st.success(f"Benchmark saved in {folder}.")
         except Exception as error:  # noqa: BLE001 - a failed run must be a message, with what to do
@@ -61,7 +73,7 @@ chosen = st.selectbox("Run", names, index=names.index(shown) if shown in names e
 run = bench.load_run(Path(chosen))
 for name, figure in report.figures(run).items():
     st.plotly_chart(figure, key=f"bench-{name}")
-st.dataframe(run["summary"], hide_index=True)
+st.dataframe(summary_table(run["summary"]), hide_index=True)
 with st.expander("Report"):
     st.markdown(run["report_md"])
 st.download_button("Download the report (Markdown)", run["report_md"], f"{Path(chosen).name}.md", "text/markdown")

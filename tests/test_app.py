@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -168,11 +169,21 @@ def test_chat_standard_then_speculative_persists_across_reload(data_dir):
 def test_server_down_says_what_to_do(data_dir, monkeypatch):
     monkeypatch.setenv("OLLAMA_HOST", "http://127.0.0.1:9")  # nothing listens there
     config.get_settings.cache_clear()
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    kept = stored.create("kept")
+    stored.add_message(kept, "user", "still here?")
+    stored.add_message(kept, "assistant", "yes")
     at = open_app()
     [error] = at.sidebar.error
     assert "cannot reach the Ollama server at http://127.0.0.1:9" in error.value
     assert "unset OLLAMA_HOST" in error.value
-    assert "see the message in the sidebar" in at.info[0].value
+    # The chat page says so and keeps its conversations readable, with the input off.
+    assert "No usable server or model just now (see the sidebar)" in at.warning[0].value
+    assert at.chat_input[0].disabled
+    assert [m.markdown[0].value for m in at.chat_message] == ["still here?", "yes"]
+    actions = [b for b in at.button if b.key and b.key.startswith(("regenerate-", "edit-"))]
+    assert len(actions) == 2 and all(b.disabled for b in actions)
+    assert "restart_server" not in [b.key for b in at.sidebar.button]  # OLLAMA_HOST's is not the app's to start
 
 
 def test_chat_context_full_keeps_the_answer_with_a_note(data_dir, monkeypatch):
@@ -265,7 +276,12 @@ def test_compare_runs_both_side_by_side(data_dir):
     assert any("identical" in v or "differ" in v for v in verdicts)
     assert [m.label for m in at.metric][-1] == "Speed-up"
     assert at.session_state.comparison["order"] == ["standard", "speculative"]
+    # Three pairs (the default): the one shown, then two timed only, each in the other order.
+    pairs = at.session_state.comparison["pairs"]
+    assert [p["order"][0] for p in pairs] == ["standard", "speculative", "standard"]
+    assert all(p["standard"]["mode"] == "standard" and p["speculative"]["drafter"] == "lookup" for p in pairs)
 
+    at.number_input(key="compare_repeats").set_value(1)
     at.button[0].click().run()  # the next run starts with the other one
     assert not at.exception, at.exception
     assert at.session_state.comparison["order"] == ["speculative", "standard"]
@@ -306,13 +322,26 @@ def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
     assert len(categories.options) > 1
     categories.set_value([categories.options[0]])
     at.multiselect(key="bench_drafters").set_value(["lookup"])
-    at.number_input(key="bench_limit").set_value(1)
-    at.number_input(key="bench_max_tokens").set_value(8)
-    at.get("form_submit_button")[0].click().run()
+    assert at.number_input(key="bench_limit").value == 1 and at.number_input(key="bench_repeat").value == 2
+    at.number_input(key="bench_repeat").set_value(1)
+    at.number_input(key="bench_max_tokens").set_value(8).run()
+    # Before it runs: its size, and no time estimate until a standard speed was measured.
+    [size] = [i.value for i in at.info]
+    assert size.startswith("2 answers (2 configurations, standard generation included, × 1 repeat), up to 16 tokens")
+    assert "measure it (below) for a time estimate" in size
+    at.button(key="bench_measure").click().run()  # one short standard answer: then a time estimate
+    assert not at.exception, at.exception
+    [size] = [i.value for i in at.info]
+    assert re.search(r"up to 16 tokens: at most about \d+ s at \d+\.\d tokens/s\.$", size), size
+    assert not [b for b in at.button if b.key == "bench_measure"]
+    at.button(key="bench_start").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     assert at.get("plotly_chart")
-    assert len(at.dataframe[0].value) >= 1
+    table = at.dataframe[0].value
+    assert len(table) >= 1
+    assert set(table["verdict"]) <= {"nothing drafted", "one run: no spread"}
+    assert all(value == "—" or value.startswith("×") for value in table["speed-up (median)"])
     assert any(s.value.startswith("Benchmark saved in") for s in at.success)
 
     # Past runs stay listed in a new session.
@@ -329,9 +358,15 @@ def test_explain_goes_by_the_kind_of_error():
     from utils.engine.client import ContextFull, ModelNotFound, ServerError, ServerTimeout, ServerUnreachable
     from utils.engine.events import GenerationError
 
-    settings = config.Settings()
-    assert "Start the server" in explain(ServerUnreachable("no route to 10.0.0.1"), settings)
-    assert "Models page" in explain(ModelNotFound("model 'x' missing"), settings)
+    settings = config.Settings(OLLAMA_HOST="http://10.0.0.1:11434")
+    assert "Start the Ollama server at OLLAMA_HOST" in explain(ServerUnreachable("no route to 10.0.0.1"), settings)
+    # Without OLLAMA_HOST the app runs the server: no advice to unset a variable that is not set.
+    own = config.Settings(OLLAMA_HOST=None)
+    advice = explain(ServerUnreachable("connection refused"), own)
+    assert "OLLAMA_HOST" not in advice and "the app starts it again" in advice
+    assert "`ollama pull`" in explain(ModelNotFound("model 'x' missing"), settings)
+    assert "Models page" in explain(ModelNotFound("model 'x' missing"), config.Settings(OLLAMA_HOST=None))
+    assert "ollama pull" not in explain(ModelNotFound("model 'x' missing"), config.Settings(OLLAMA_HOST=None))
     assert "try again" in explain(ServerTimeout("slow"), settings)
     assert "no longer fits in the model's context" in explain(ContextFull("too long"), settings)
     # The words of a message do not decide: a plain ServerError that mentions "not found" stays as it is.
@@ -422,6 +457,32 @@ def test_compare_shows_no_speedup_where_nothing_was_drafted():
             in at.info[0].value)
 
 
+def test_compare_shows_the_median_and_spread_of_its_pairs_and_says_within_noise():
+    def page():
+        from tests.test_app import speculative_stats
+        from utils.app.compare import show_comparison
+
+        def standard(tps: float) -> dict:
+            return {"mode": "standard", "target": "m", "output_tokens": 100, "tokens_per_second": tps,
+                    "time_to_first_token_s": 0.2}
+
+        def drafted(tps: float) -> dict:
+            return {**speculative_stats(100, 80, 60, [4] * 20, tokens_per_second=tps), "time_to_first_token_s": 0.1}
+
+        orders = [["standard", "speculative"], ["speculative", "standard"], ["standard", "speculative"]]
+        pairs = [{"order": o, "standard": standard(20.0), "speculative": drafted(tps)}
+                 for o, tps in zip(orders, (26.0, 18.0, 24.0), strict=True)]
+        show_comparison({"order": orders[0], "temperature": 0.0, "pairs": pairs,
+                         "standard": {"text": "a", "pieces": [], "stats": pairs[0]["standard"], "note": None},
+                         "speculative": {"text": "a", "pieces": [], "stats": pairs[0]["speculative"], "note": None}})
+
+    at = AppTest.from_function(page, default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert at.metric[-1].value == "×1.20"  # the median of ×1.30, ×0.90, ×1.20
+    assert ("Speed-up over 3 pairs, each side first as often as second: median ×1.20, range ×0.90 – ×1.30 — within "
+            "noise" in " ".join(c.value for c in at.caption))
+
+
 def test_advisor_never_recommends_a_draft_that_drafted_nothing():
     from utils.app.models import advice_table, honest_advice
     from utils.bench.advisor import Advice, Measurement
@@ -510,3 +571,32 @@ def test_chat_shows_a_highlighted_code_block(data_dir):
             in shown)
     at.sidebar.toggle(key="highlight").set_value(False).run()  # off: Streamlit's own Markdown of the same text
     assert answer_texts(at) == [text.strip()]
+
+
+def test_the_chart_says_so_far_only_while_the_answer_streams():
+    from utils.app.speed import speedup_so_far
+
+    baseline = {"tokens_per_second": 20.0}
+    live = speculative_stats(100, 80, 60, [4] * 20)
+    live["done_reason"] = ""
+    assert speedup_so_far(live, baseline, 30.0) == "speed-up so far ×1.50 against the standard baseline"
+    finished = {**live, "done_reason": "stop"}
+    assert speedup_so_far(finished, baseline, 30.0) == "speed-up ×1.50 against the standard baseline"
+    short = {**finished, "output_tokens": 3, "drafted_tokens": 3}
+    assert "too short an answer" in speedup_so_far(short, baseline, 30.0)
+
+
+def test_the_qwen_example_picks_the_pair_and_answers_with_it(data_dir):
+    at = open_app()
+    at.sidebar.number_input(key="max_tokens").set_value(12).run()
+    [qwen] = [b for b in at.button if b.key == "example-Complete code with the Qwen pair"]
+    assert not qwen.disabled  # the test server has both models
+    qwen.click().run()
+    assert not at.exception, at.exception
+    assert at.sidebar.selectbox(key="target").value == "qwen2.5-coder:1.5b"
+    assert at.sidebar.selectbox(key="drafter").value == "qwen2.5-coder:0.5b"
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    [conversation] = stored.conversations()
+    question, answer = stored.messages(conversation["id"])
+    assert question["content"].startswith("Complete this Python function")
+    assert answer["stats"]["target"] == "qwen2.5-coder:1.5b" and answer["stats"]["drafter"] == "qwen2.5-coder:0.5b"

@@ -172,3 +172,34 @@ def test_a_database_from_before_stopping_gains_the_column(tmp_path):
     assert [m["stopped"] for m in store.messages(1)] == [False]
     store.add_message(1, "assistant", "partial", stopped=True)
     assert store.messages(1)[-1]["stopped"] is True
+
+
+def test_search_finds_titles_and_messages_in_any_case_and_takes_wildcards_literally(store):
+    fruit = store.create("Fruit")
+    store.add_message(fruit, "user", "Is a tomato 100% a fruit_or_not?")
+    colours = store.create("Colours of the RAINBOW")
+    store.add_message(colours, "user", "Name them")
+    assert [c["id"] for c in store.search("rainbow")] == [colours]
+    assert [c["id"] for c in store.search("TOMATO")] == [fruit]
+    assert [c["id"] for c in store.search("0% a")] == [fruit]
+    assert store.search("%") == store.search("100%") and [c["id"] for c in store.search("%")] == [fruit]
+    assert [c["id"] for c in store.search("o_a")] == []  # "_" is not "any character"
+    assert store.search("nothing like this") == []
+
+
+def test_delete_from_drops_a_message_and_every_later_one_of_its_conversation_only(store):
+    first, other = store.create("one"), store.create("two")
+    ids = [store.add_message(first, role, text) for role, text in
+           [("user", "q1"), ("assistant", "a1"), ("user", "q2"), ("assistant", "a2")]]
+    kept = store.add_message(other, "user", "elsewhere")
+    store.delete_from(first, ids[2])
+    assert [m["content"] for m in store.messages(first)] == ["q1", "a1"]
+    assert [m["id"] for m in store.messages(other)] == [kept]
+
+
+def test_preferences_are_kept_as_json_and_replaced(tmp_path):
+    path = tmp_path / "conversations.sqlite3"
+    ConversationStore(path).set_preferences({"max_tokens": 64, "seed": None, "draft_length": "auto", "p_min": 0.5})
+    ConversationStore(path).set_preferences({"max_tokens": 12})
+    assert ConversationStore(path).preferences() == {"max_tokens": 12, "seed": None, "draft_length": "auto",
+                                                     "p_min": 0.5}

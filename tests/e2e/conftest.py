@@ -10,12 +10,15 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
-from tests.conftest import DRAFT
+from config import Settings
+from tests.conftest import DRAFT, SMALL
 from utils.processes import free_port, stop_process, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,6 +26,7 @@ CHROMIUM = Path(os.environ.get("SPEC_E2E_CHROMIUM", "/usr/bin/chromium"))
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 TARGET = DRAFT  # qwen2.5-coder:0.5b: readable answers for the screenshots, quick enough on two cores
+SMALL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"  # SMALL's file in the models folder
 VIEWPORT = {"width": 1400, "height": 1000}
 APP_START_TIMEOUT = 60  # seconds until Streamlit answers its health check
 
@@ -39,14 +43,19 @@ new MutationObserver((mutations) => {
 """
 
 
-@pytest.fixture(scope="module")
-def app_url(server_url: str, tmp_path_factory) -> Iterator[str]:
-    """The app, as a user starts it, on the test server (OLLAMA_HOST), with a fresh data folder."""
-    data_dir = tmp_path_factory.mktemp("e2e-data")
+@dataclass
+class RunningApp:
+    url: str
+    process: subprocess.Popen  # `streamlit run app.py`
+    data_dir: Path
+
+
+@contextmanager
+def running_app(data_dir: Path, **env_vars: str) -> Iterator[RunningApp]:
+    """`streamlit run app.py` on 127.0.0.1 with a fresh data folder, stopped by its pid at the end."""
     port = free_port()
-    env = {key: value for key, value in os.environ.items() if not key.startswith("SPEC_")}
-    env.update(OLLAMA_HOST=server_url, SPEC_DATA_DIR=str(data_dir), SPEC_TARGET_MODEL=TARGET,
-               STREAMLIT_BROWSER_GATHER_USAGE_STATS="false")
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SPEC_") and key != "OLLAMA_HOST"}
+    env.update(SPEC_DATA_DIR=str(data_dir), STREAMLIT_BROWSER_GATHER_USAGE_STATS="false", **env_vars)
     log_path = data_dir / "streamlit.log"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
@@ -57,9 +66,46 @@ def app_url(server_url: str, tmp_path_factory) -> Iterator[str]:
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(process, url, log_path)
-        yield url
+        yield RunningApp(url, process, data_dir)
     finally:
-        stop_process(process, grace=15)
+        stop_process(process, grace=15)  # the embedded server it started, if any, follows it (SPEC_PARENT_PID)
+
+
+@pytest.fixture(scope="module")
+def app_url(server_url: str, tmp_path_factory) -> Iterator[str]:
+    """The app, as a user starts it, on the test server (OLLAMA_HOST), with a fresh data folder."""
+    with running_app(tmp_path_factory.mktemp("e2e-data"), OLLAMA_HOST=server_url, SPEC_TARGET_MODEL=TARGET) as app:
+        yield app.url
+
+
+@pytest.fixture(scope="module")
+def own_server_app(tmp_path_factory) -> Iterator[RunningApp]:
+    """The app with no OLLAMA_HOST: it starts its own embedded server, as on a fresh install. Its data
+    folder holds only the smallest model, linked from the shared one (read, never written), so the
+    server's first look at every model's tokenizer stays cheap."""
+    data_dir = tmp_path_factory.mktemp("e2e-own-server")
+    shared = Settings().models_dir
+    (data_dir / "models").mkdir()
+    for name in (SMALL_FILE, SMALL_FILE + ".verified"):
+        (data_dir / "models" / name).symlink_to(shared / name)
+    with running_app(data_dir, SPEC_TARGET_MODEL=SMALL) as app:
+        yield app
+
+
+def child_pids(pid: int) -> list[int]:
+    """The processes `pid` started and that still run (Linux /proc)."""
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        children += [int(child) for child in (task / "children").read_text().split()]
+    return children
+
+
+def embedded_server_pid(app: RunningApp) -> int:
+    """The pid of the embedded server the app started: its child running `cli.py serve`."""
+    servers = [pid for pid in child_pids(app.process.pid)
+               if b"serve" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+    assert len(servers) == 1, f"the app runs {len(servers)} embedded servers"
+    return servers[0]
 
 
 def _wait_healthy(process: subprocess.Popen, url: str, log_path: Path) -> None:

@@ -11,198 +11,32 @@ Run: `.venv/bin/python -m pytest tests/e2e -x -q` (Chromium from `bash scripts/i
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Callable
-from pathlib import Path
 
-from playwright.sync_api import Locator, Page, TimeoutError, expect
+from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import TARGET, VIEWPORT
-
-ROOT = Path(__file__).resolve().parents[2]
-# Where the screenshots go. A test run must not change tracked files, so by default they land in
-# artifacts/tmp/screenshots/ (gitignored). To refresh the pictures the README shows, set
-#   SPEC_SCREENSHOTS_DIR=docs/screenshots .venv/bin/python -m pytest tests/e2e -x -q
-# (a path relative to the project folder, or an absolute one).
-SCREENSHOTS = ROOT / os.environ.get("SPEC_SCREENSHOTS_DIR", "artifacts/tmp/screenshots")
-
-ANSWER_TIMEOUT = 240_000  # ms for one answer (or two on Compare): two shared cores can be slow
-RERUN_TIMEOUT = 120_000  # ms for a rerun after a widget change (the sidebar asks the server each time)
-MAX_TOKENS = 40
-STANDARD_PROMPT = "Name three colours of the rainbow."
-SPECULATIVE_PROMPT = "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog."
-COMPARE_PROMPT = "Repeat this sentence exactly: Speculative decoding drafts tokens and the target verifies them."
-LONG_PROMPT = "Count from 1 to 300, one number per line."
-LOOKUP_OPTION = "lookup — prompt lookup, no model"
-# The accepted draft tokens' HTML (utils/app/highlight.py): a span on DRAFT_COLOUR.
-DRAFT_SPAN = 'span[style*="rgba(46, 160, 67, 0.28)"]'
-MAX_SCREENSHOT_HEIGHT = 2400
-FULL_HEIGHT = """() => Math.max(document.documentElement.scrollHeight, ...[...document.querySelectorAll('*')]
-  .filter(e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowY))
-  .map(e => e.scrollHeight + e.getBoundingClientRect().top))"""
-SCROLL_TO_TOP = """() => { for (const e of document.querySelectorAll('*')) if (e.scrollTop) e.scrollTop = 0;
-  window.scrollTo(0, 0); }"""
-LOADS = "Number(sessionStorage.getItem('loads'))"  # counted by conftest.WATCH_RUNS
-SCRIPT_STATE = "document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')"
-
-# Watches the newest chat message while an answer streams: whether the typing cursor showed, and how
-# many different partial texts were drawn before the final one.
-WATCH_STREAM = """
-() => {
-  const seen = new Set();
-  window.__stream = {cursor: false, partials: 0};
-  new MutationObserver(() => {
-    const messages = document.querySelectorAll('[data-testid="stChatMessage"]');
-    const last = messages[messages.length - 1];
-    if (!last || !last.querySelector('[data-testid="stChatMessageAvatarAssistant"]')) return;
-    const text = last.innerText;
-    if (text.includes('\u258c')) {
-      window.__stream.cursor = true;
-      seen.add(text);
-      window.__stream.partials = seen.size;
-    }
-  }).observe(document.body, {subtree: true, childList: true, characterData: true});
-}
-"""
-
-
-# -- driving Streamlit ------------------------------------------------------------------------------------
-
-
-def run_mark(page: Page) -> tuple[int, int]:
-    """Where the page stands: how many times it has loaded in this tab, and the script runs since."""
-    return tuple(page.evaluate(f"[{LOADS}, window.__scriptRuns]"))
-
-
-def wait_idle(page: Page, mark: tuple[int, int] = (0, 0), timeout: float = RERUN_TIMEOUT) -> None:
-    """Wait until the script has run since `mark` (a reload counts as such) and is no longer running."""
-    loads, runs = mark
-    ran = f"({LOADS} > {loads} ? window.__scriptRuns > 0 : window.__scriptRuns > {runs})"
-    try:
-        page.wait_for_function(f"{ran} && {SCRIPT_STATE} === 'notRunning'", timeout=timeout)
-    except TimeoutError:
-        now, state = page.evaluate(f"[[{LOADS}, window.__scriptRuns], {SCRIPT_STATE}]")
-        raise AssertionError(f"no finished script run in {timeout / 1000:.0f} s: (page loads, runs) went from "
-                             f"{tuple(mark)} to {tuple(now)}; script state {state!r}") from None
-
-
-def rerun_after(page: Page, action: Callable[[], None], timeout: float = RERUN_TIMEOUT) -> None:
-    """Do something that reruns the script, and wait for that run to finish."""
-    mark = run_mark(page)
-    action()
-    wait_idle(page, mark, timeout)
-
-
-def open_app(page: Page, url: str) -> None:
-    page.goto(url)
-    wait_idle(page, timeout=ANSWER_TIMEOUT)  # the first run reads the tokenizers of every model
-    expect(sidebar(page).get_by_text("embedded llama.cpp server")).to_be_visible()
-
-
-def sidebar(page: Page) -> Locator:
-    return page.get_by_test_id("stSidebar")
-
-
-def set_switch(page: Page, label: str, on: bool) -> None:
-    switch = sidebar(page).get_by_role("switch", name=label)
-    if switch.is_checked() != on:
-        rerun_after(page, lambda: sidebar(page).get_by_text(label, exact=True).click())
-    expect(switch).to_be_checked(checked=on)
-
-
-def set_number(page: Page, label: str, value: int) -> None:
-    field = sidebar(page).get_by_label(label, exact=True)
-    if field.input_value() != str(value):
-        def type_value() -> None:
-            field.fill(str(value))
-            field.press("Enter")
-        rerun_after(page, type_value)
-    expect(field).to_have_value(str(value))
-
-
-def choose(page: Page, label: str, option: str) -> None:
-    box = sidebar(page).get_by_role("combobox", name=label)
-    if box.input_value() != option:
-        def pick() -> None:
-            box.click()
-            page.get_by_role("option", name=option, exact=True).click()
-        rerun_after(page, pick)
-    expect(box).to_have_value(option)
-
-
-def set_draft_length(page: Page, value: str) -> None:
-    """The 'Draft length K' select slider, moved with the keyboard as a person can."""
-    slider = sidebar(page).get_by_role("slider", name="Draft length K")
-    for _ in range(12):
-        current = slider.get_attribute("aria-valuetext")
-        if current == value:
-            return
-        key = "ArrowLeft" if current != "auto" and (value == "auto" or int(current) > int(value)) else "ArrowRight"
-        rerun_after(page, lambda key=key: slider.press(key))
-    raise AssertionError(f"the draft length slider did not reach {value}")
-
-
-def short_answers(page: Page, speculative: bool) -> None:
-    """Sidebar settings for a quick answer. With speculation: prompt lookup and a fixed K, so the first
-    answer drafts at once (the adaptive controller would first measure standard speed)."""
-    set_number(page, "Max tokens", MAX_TOKENS)
-    set_switch(page, "Speculative decoding", speculative)
-    drafter = sidebar(page).get_by_role("combobox", name="Drafter")
-    if speculative:
-        choose(page, "Drafter", LOOKUP_OPTION)
-        set_draft_length(page, "4")
-    else:
-        expect(drafter).to_have_count(0)
-
-
-def assistant_messages(page: Page) -> Locator:
-    return page.get_by_test_id("stChatMessage").filter(has=page.get_by_test_id("stChatMessageAvatarAssistant"))
-
-
-def send(page: Page, prompt: str) -> None:
-    """Type a message and send it; wait for the answer to stream, be saved and be redrawn."""
-    answers_before = assistant_messages(page).count()
-    page.evaluate(WATCH_STREAM)
-    box = page.get_by_test_id("stChatInput").locator("textarea")
-    box.fill(prompt)
-    mark = run_mark(page)
-    box.press("Enter")
-    expect(assistant_messages(page)).to_have_count(answers_before + 1, timeout=ANSWER_TIMEOUT)
-    # Done: the saved answer is redrawn with its stats line, and the script is idle.
-    expect(assistant_messages(page).last.get_by_test_id("stExpander")).to_have_count(1, timeout=ANSWER_TIMEOUT)
-    wait_idle(page, mark, timeout=ANSWER_TIMEOUT)
-    stream = page.evaluate("window.__stream")
-    assert stream["cursor"], "the answer never showed its typing cursor while streaming"
-    assert stream["partials"] >= 2, f"the answer did not stream: {stream['partials']} partial text(s) drawn"
-
-
-def answer_stats(message: Locator) -> dict[str, str]:
-    """The text fields of an answer's stats (mode, target, drafter…), read from its opened 'Stats' expander."""
-    expander = message.get_by_test_id("stExpander")
-    expander.get_by_text("Stats", exact=True).click()
-    viewer = expander.get_by_test_id("stJson")
-    expect(viewer).to_be_visible()
-    text = viewer.inner_text()
-    return {key: value for key, value in re.findall(r'"?(\w+)"?\s*:\s*"([^"]*)"', text)}
-
-
-def screenshot(page: Page, name: str) -> Path:
-    """The whole page, sidebar included: Streamlit scrolls inside its own containers, so the window is
-    made as tall as the tallest of them (up to MAX_SCREENSHOT_HEIGHT), scrolled to the top, for the picture."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    path = SCREENSHOTS / name
-    page.mouse.move(VIEWPORT["width"] - 5, 5)  # no hover effect in the picture
-    page.evaluate("document.activeElement?.blur()")  # nor a focus ring
-    height = page.evaluate(FULL_HEIGHT)
-    page.set_viewport_size({**VIEWPORT, "height": min(max(height, VIEWPORT["height"]), MAX_SCREENSHOT_HEIGHT)})
-    page.evaluate(SCROLL_TO_TOP)
-    page.wait_for_timeout(800)  # charts redraw at the new size
-    page.screenshot(path=str(path), full_page=True)
-    page.set_viewport_size(VIEWPORT)
-    assert path.stat().st_size > 10_000
-    return path
-
+from tests.e2e.conftest import TARGET
+from tests.e2e.driving import (
+    ANSWER_TIMEOUT,
+    COMPARE_PROMPT,
+    DRAFT_SPAN,
+    LONG_PROMPT,
+    RERUN_TIMEOUT,
+    SCRIPT_STATE,
+    SPECULATIVE_PROMPT,
+    STANDARD_PROMPT,
+    WATCH_STREAM,
+    answer_stats,
+    assistant_messages,
+    open_app,
+    rerun_after,
+    screenshot,
+    send,
+    set_number,
+    set_switch,
+    short_answers,
+    sidebar,
+)
 
 # -- the tests ---------------------------------------------------------------------------------------------
 
@@ -238,7 +72,7 @@ def test_chat_standard_and_speculative_answers_survive_a_reload(page: Page, app_
     expect(chart.locator(".js-plotly-plot .main-svg").first).to_be_visible()
     expect(chart).to_contain_text("Draft tokens per round")
     expect(chart).to_contain_text("Acceptance by draft position")
-    expect(first.get_by_test_id("stPlotlyChart")).to_have_count(0)  # only the last answer has charts
+    expect(first.get_by_test_id("stPlotlyChart")).to_be_hidden()  # an earlier answer's charts: in its Stats
     spoken = second.get_by_test_id("stHtml").inner_text()  # the answer's text, highlighted
     screenshot(page, "chat.png")
     stats = answer_stats(second)

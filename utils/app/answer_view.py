@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,7 +15,7 @@ import streamlit as st
 from config import Settings
 from utils.app.charts import CHART_REFRESH_SECONDS, answer_figure, chart_key
 from utils.app.highlight import pieces_html
-from utils.app.runtime import context_full, explain, iterate, server
+from utils.app.runtime import context_full, failure_text, iterate, server
 from utils.app.sidebar import Choices
 from utils.app.speed import speedup_text
 from utils.app.store import stats_summary
@@ -125,9 +125,9 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     except GenerationError as error:
         answer.text = error.partial
         kept = "the partial text was kept" if error.partial else "no text was generated"
-        answer.note = f"The answer stopped early: {explain(error, settings)} ({kept})"
+        answer.note = f"The answer stopped early ({kept}): {failure_text(error, settings)}"
     except (ServerError, HostError) as error:
-        answer.note = explain(error, settings)
+        answer.note = failure_text(error, settings)
     except BaseException:  # Streamlit stopping or rerunning the script: keep what was generated
         answer.stop()
         raise
@@ -145,8 +145,10 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     return answer
 
 
-def show_message(message: dict[str, Any], highlight: bool, charts: bool = False) -> None:
-    """One stored message, as st.chat_message, with its stats one click away."""
+def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
+                 actions: Callable[[], None] | None = None) -> None:
+    """One stored message, as st.chat_message, with its stats one click away and `actions` (buttons)
+    drawn at its foot."""
     with st.chat_message(message["role"]):
         show_text(st.container(), message["content"], message.get("pieces"), highlight)
         stats = message.get("stats")
@@ -156,7 +158,11 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False)
             st.warning(message["note"])
         if stats:
             st.caption(f"{stats_summary(stats)} · {speedup_text(stats, message.get('baseline'))}")
-            if charts:
+            if charts:  # the last answer's charts in view, the others' one click away
                 st.plotly_chart(answer_figure(stats, message.get("baseline")))
             with st.expander("Stats"):
+                if not charts:
+                    st.plotly_chart(answer_figure(stats, message.get("baseline")), key=f"charts-{message['id']}")
                 st.json(stats, expanded=1)
+        if actions is not None:
+            actions()

@@ -9,9 +9,10 @@ from typing import Any
 import streamlit as st
 
 from config import Settings
+from utils.app.answer_view import Streaming
 from utils.app.runtime import explain, store, when
 from utils.app.speed import BASELINE_MAX_TOKENS, baseline_text, measure_baseline
-from utils.app.store import ConversationStore
+from utils.app.store import ConversationStore, clean_title
 from utils.engine.client import ServerError
 from utils.engine.events import GenerationError
 from utils.hosts import HostError
@@ -24,12 +25,12 @@ def conversation_list(conversations: ConversationStore) -> dict[str, Any] | None
     With nothing chosen in this session (a reload, a restart) the most recent conversation opens. "New"
     stores nothing: an empty conversation is never saved.
     """
-    listed = conversations.conversations()
-    by_id = {c["id"]: c for c in listed}
+    everything = conversations.conversations()
+    by_id = {c["id"]: c for c in everything}
     state = st.session_state
     current = state.get("conversation_id")
     if current not in by_id:
-        current = None if state.get("new_conversation") or not listed else listed[0]["id"]
+        current = None if state.get("new_conversation") or not everything else everything[0]["id"]
     state.conversation_id = current
 
     def start_new() -> None:
@@ -42,8 +43,14 @@ def conversation_list(conversations: ConversationStore) -> dict[str, Any] | None
     bar.divider()
     bar.subheader("Conversations")
     bar.button("New conversation", icon=":material/add:", on_click=start_new, key="new", width="stretch")
+    wanted = bar.text_input("Search conversations", key="conversation_search", placeholder="words in a title or "
+                            "message", label_visibility="collapsed", disabled=not everything)
+    listed = conversations.search(wanted) if wanted.strip() else everything
+    if wanted.strip() and not listed:
+        bar.caption(f"No conversation mentions “{wanted.strip()}”.")
+    shelf = bar.container(key="conversation_list")
     for conversation in listed:
-        bar.button(conversation["title"], key=f"conversation-{conversation['id']}", width="stretch",
+        shelf.button(conversation["title"], key=f"conversation-{conversation['id']}", width="stretch",
                    on_click=open_conversation, args=(conversation["id"],),
                    type="primary" if conversation["id"] == current else "secondary",
                    help=f"last active {when(conversation['updated_at'])}")
@@ -89,6 +96,78 @@ def conversation_tools(conversations: ConversationStore, conversation: dict[str,
         yes, no, _ = st.columns([1, 1, 4])
         yes.button("Delete", on_click=delete, type="primary", key="delete-confirm", icon=":material/delete:")
         no.button("Cancel", on_click=keep, key="delete-cancel")
+
+
+def ask(conversations: ConversationStore, conversation_id: int | None, prompt: str) -> int:
+    """Save a question and ask the next run to answer it. A new conversation is stored only now (so none
+    is ever empty) and is named by its first question."""
+    if conversation_id is None:
+        conversation_id = conversations.create(prompt)
+    elif not conversations.messages(conversation_id):
+        conversations.rename(conversation_id, prompt)
+    conversations.add_message(conversation_id, "user", prompt)
+    state = st.session_state
+    state.conversation_id, state.new_conversation = conversation_id, False
+    state.streaming = Streaming(conversation_id)
+    return conversation_id
+
+
+def message_actions(conversations: ConversationStore, messages: list[dict[str, Any]], index: int,
+                    enabled: bool) -> None:
+    """Under a question: Edit (then resend it, which drops everything after it). Under the last answer:
+    Regenerate. Each one saves what changes and asks the next run for a new answer."""
+    message, state = messages[index], st.session_state
+    conversation_id, message_id = message["conversation_id"], message["id"]
+    last = index == len(messages) - 1
+
+    def answer_again() -> None:
+        state.streaming = Streaming(conversation_id)
+
+    def regenerate() -> None:
+        conversations.delete_from(conversation_id, message_id)
+        answer_again()
+
+    def edit() -> None:
+        state.editing = message_id
+
+    if message["role"] == "assistant" and last:
+        st.button("Regenerate", icon=":material/refresh:", key=f"regenerate-{message_id}", on_click=regenerate,
+                  disabled=not enabled, help="a new answer to the last question, in place of this one")
+    elif message["role"] == "user":
+        left, right = st.columns([1, 1 if last else 6])
+        left.button("Edit", icon=":material/edit:", key=f"edit-{message_id}", on_click=edit, disabled=not enabled,
+                    help="change this question and send it again; the messages after it are replaced")
+        if last:  # a question left without an answer (the app stopped while answering it)
+            right.button("Answer", icon=":material/send:", key=f"answer-{message_id}", on_click=answer_again,
+                         disabled=not enabled)
+
+
+def edit_question(conversations: ConversationStore, message: dict[str, Any], first: bool) -> None:
+    """The question being edited, in place: its text in a box, Send (resend it, dropping the messages after
+    it) and Cancel."""
+    state, message_id, conversation_id = st.session_state, message["id"], message["conversation_id"]
+
+    def send() -> None:
+        text = state[f"edited-{message_id}"]
+        state.editing = None
+        if not text.strip():
+            return
+        conversations.delete_from(conversation_id, message_id)
+        conversations.add_message(conversation_id, "user", text)
+        title = conversations.conversation(conversation_id)["title"]
+        if first and title == clean_title(message["content"]):  # named by its first question, not renamed since
+            conversations.rename(conversation_id, text)
+        state.streaming = Streaming(conversation_id)
+
+    def cancel() -> None:
+        state.editing = None
+
+    with st.chat_message("user"):
+        st.text_area("Edit the question", message["content"], key=f"edited-{message_id}",
+                     label_visibility="collapsed")
+        send_column, cancel_column, _ = st.columns([1, 1, 5])
+        send_column.button("Send", icon=":material/send:", type="primary", key=f"resend-{message_id}", on_click=send)
+        cancel_column.button("Cancel", key=f"cancel-edit-{message_id}", on_click=cancel)
 
 
 def baseline_controls(settings: Settings, url: str, target: str) -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from typing import TypeVar
 import streamlit as st
 
 from config import Settings, get_settings
+from utils.app.lifecycle import AppServer, EmbeddedServerDown
 from utils.app.store import ConversationStore
 from utils.engine.client import (
     ContextFull,
@@ -33,7 +34,7 @@ from utils.engine.client import (
     parse_version,
 )
 from utils.engine.events import GenerationError
-from utils.hosts import HostError, target_host
+from utils.hosts import HostError
 
 T = TypeVar("T")
 
@@ -117,15 +118,25 @@ async def _next(stream: AsyncIterator[T]) -> T:
 # -- the server ----------------------------------------------------------------------------------------
 
 
-@st.cache_resource(show_spinner="Starting the embedded server…")
-def _server_url(ollama_host: str | None, models_dir: str, _settings: Settings) -> str:
-    # Cached per process: the embedded server is started once and stopped when the process exits.
-    return target_host(_settings)
+@st.cache_resource(show_spinner=False)
+def _app_server(ollama_host: str | None, models_dir: str, _settings: Settings) -> AppServer:
+    # One per process: the embedded server is started once, again if it dies, and stopped at exit.
+    return AppServer(_settings)
+
+
+def app_server(settings: Settings) -> AppServer:
+    """The server in use, kept alive by this process (utils.app.lifecycle)."""
+    return _app_server(settings.ollama_host, str(settings.models_dir), settings)
 
 
 def server_url(settings: Settings) -> str:
-    """The server in use; raises HostError with what to do when there is none."""
-    return _server_url(settings.ollama_host, str(settings.models_dir), settings)
+    """The server in use, (re)starting the embedded one when it is not running; raises HostError with
+    what to do when there is none."""
+    keeper = app_server(settings)
+    if keeper.owns_server and keeper.pid is None:
+        with st.spinner("Starting the embedded server…"):
+            return keeper.url()
+    return keeper.url()
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -177,21 +188,41 @@ def explain(error: BaseException, settings: Settings | None = None) -> str:
         if isinstance(cause, ServerError):
             return explain(cause, settings)
     message = getattr(error, "message", None) or str(error) or type(error).__name__
+    if isinstance(error, EmbeddedServerDown):
+        return f"{message}. Press Restart below to try again."
     if isinstance(error, HostError):
         if settings is not None and not settings.ollama_host:  # the embedded server has no model to serve
             return f"{message}, or install one on the Models page."
         return message
     if isinstance(error, ServerUnreachable):
-        return f"{message}. Start the server (or unset OLLAMA_HOST to use the embedded one), then try again."
+        if settings is not None and not settings.ollama_host:
+            return (f"{message}. The embedded server this app started is not answering: the app starts it again "
+                    "if it has stopped, so try again (or press Restart in the sidebar).")
+        return (f"{message}. Start the Ollama server at OLLAMA_HOST (or unset OLLAMA_HOST to use the embedded "
+                "one), then try again.")
     if isinstance(error, ServerTimeout):
         return (f"{message}. The server may be busy or loading a model: try again, or raise "
                 "SPEC_REQUEST_TIMEOUT and restart the app.")
     if isinstance(error, ModelNotFound):
-        return (f"{message}. Install it on the Models page (embedded server) or run `ollama pull` for it, "
-                "or pick another model in the sidebar.")
+        if settings is None:
+            where = "Install it on the Models page (embedded server) or run `ollama pull` for it"
+        elif settings.ollama_host:
+            where = "Run `ollama pull` for it where the Ollama at OLLAMA_HOST runs"
+        else:
+            where = "Install it on the Models page"
+        return f"{message}. {where}, or pick another model in the sidebar."
     if isinstance(error, ContextFull):
         return context_full(settings)
     return message
+
+
+def failure_text(error: BaseException, settings: Settings) -> str:
+    """Why an answer failed. If the embedded server this app started died meanwhile, it is started again
+    at once and the text says so (any other failure: `explain`)."""
+    cause = (error.__cause__ or error.__context__) if isinstance(error, GenerationError) else error
+    if isinstance(cause, ServerUnreachable) and (revived := app_server(settings).revive()):
+        return revived
+    return explain(error, settings)
 
 
 def context_full(settings: Settings | None = None) -> str:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import streamlit as st
 
 from config import Settings
-from utils.app.runtime import ServerInfo, explain, run, server, server_info
+from utils.app.preferences import Preferences
+from utils.app.runtime import ServerInfo, app_server, explain, run, server, server_info, store
 from utils.bench.advisor import check_parallel
 from utils.engine.client import LOGPROBS_SINCE, ServerError
 from utils.engine.drafters import NONE, model_free_drafters
@@ -83,20 +84,29 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
         info = server_info(settings)
     except (HostError, ServerError) as error:
         bar.error(explain(error, settings))
+        _restart_button(settings)
         return None, None
     where = "embedded llama.cpp server" if info.embedded else "Ollama"
-    source = "OLLAMA_HOST" if settings.ollama_host else "started by this app"
+    keeper = app_server(settings)
+    source = f"started by this app, pid {keeper.pid}" if keeper.owns_server else "OLLAMA_HOST"
     bar.markdown(f"**Server:** {where} at `{info.url}` ({source}), API {info.version}")
+    if keeper.restarts:
+        last = keeper.restarts[-1]
+        bar.caption(f"The embedded server {last.why} at {last.at:%H:%M:%S}; the app started it again "
+                    f"({len(keeper.restarts)} restart{'s' if len(keeper.restarts) > 1 else ''} so far).")
     if not info.models:
         bar.error("This server has no models: install one on the Models page, or `ollama pull` one.")
         return info, None
 
+    remembered = Preferences(store(settings))
     default_target = settings.target_model if settings.target_model in info.models else info.models[0]
-    target = bar.selectbox("Target model", info.models, index=info.models.index(default_target), key="target")
+    target = bar.selectbox("Target model", info.models, index=remembered.index("target", info.models, default_target),
+                           key="target")
     if settings.target_model not in info.models:
         bar.caption(f"The configured target {settings.target_model} is not on this server: install it on the "
                     "Models page (embedded server) or `ollama pull` it.")
-    speculative = bar.toggle("Speculative decoding", value=True, key="speculative")
+    speculative = bar.toggle("Speculative decoding", value=remembered.default("speculative", True), key="speculative",
+                             help="a drafter guesses the next tokens and the target checks them all at once")
     _parallel_note(settings, info, target)
 
     drafter, k = NONE, None
@@ -106,7 +116,7 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
                      **drafter_relations(settings, info.url, target, tuple(info.models))}
         options = list(relations)
         wanted = settings.draft_model if relations.get(settings.draft_model) in USABLE else model_free[0]
-        drafter = bar.selectbox("Drafter", options, index=options.index(wanted), key="drafter",
+        drafter = bar.selectbox("Drafter", options, index=remembered.index("drafter", options, wanted), key="drafter",
                                 format_func=lambda name: f"{name} — {relation_label(relations[name])}")
         if relations[drafter] == "unusable":
             bar.warning(f"{drafter} cannot draft for {target}: answers use standard generation until you pick "
@@ -115,20 +125,45 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
         elif drafter not in model_free and info.version_tuple < LOGPROBS_SINCE and not info.embedded:
             bar.warning(f"Draft models need Ollama {'.'.join(map(str, LOGPROBS_SINCE))} or newer (log-probabilities); "
                         "upgrade Ollama or use a drafter that needs no model.")
-        length = bar.select_slider("Draft length K", ["auto", *range(1, settings.engine.k_max + 1)], value="auto",
-                                   key="draft_length", help="auto: the controller picks K from measured speeds")
-        k = None if length == "auto" else int(length)
-    p_min = bar.slider("p_min (stop drafting below this probability)", 0.0, 1.0, settings.engine.p_min, 0.05,
-                       key="p_min", disabled=not speculative)
-    draft_top_k = bar.slider("Draft top-k (candidates read per position)", 1, 20, settings.engine.draft_top_k,
-                             key="draft_top_k", disabled=not speculative)
-    temperature = bar.slider("Temperature", 0.0, 2.0, 0.0, 0.05, key="temperature",
-                             help="0 is greedy: speculative output then equals standard output exactly")
-    top_k = bar.number_input("Top-k (sampling)", 0, 200, 40, key="top_k")
-    seed = bar.number_input("Seed", min_value=0, value=None, step=1, key="seed", placeholder="random")
-    max_tokens = bar.number_input("Max tokens", 1, 8192, 256, key="max_tokens")
+    max_tokens = bar.number_input("Max tokens", 1, 8192, remembered.default("max_tokens", 256), key="max_tokens",
+                                  help="the longest answer, in tokens")
+    with bar.expander("Advanced settings", icon=":material/tune:"):
+        lengths = ["auto", *range(1, settings.engine.k_max + 1)]
+        length = st.select_slider("Draft length K", lengths, value=remembered.default("draft_length", "auto", lengths),
+                                  key="draft_length", disabled=not speculative,
+                                  help="tokens drafted per round; auto: the controller picks K from measured speeds")
+        k = None if length == "auto" or not speculative else int(length)
+        p_min = st.slider("p_min (stop drafting below this probability)", 0.0, 1.0,
+                          remembered.default("p_min", settings.engine.p_min), 0.05, key="p_min",
+                          disabled=not speculative)
+        draft_top_k = st.slider("Draft top-k (candidates read per position)", 1, 20,
+                                remembered.default("draft_top_k", settings.engine.draft_top_k), key="draft_top_k",
+                                disabled=not speculative)
+        temperature = st.slider("Temperature", 0.0, 2.0, remembered.default("temperature", 0.0), 0.05,
+                                key="temperature",
+                                help="0 is greedy: speculative output then equals standard output exactly")
+        top_k = st.number_input("Top-k (sampling)", 0, 200, remembered.default("top_k", 40), key="top_k")
+        seed = st.number_input("Seed", min_value=0, value=remembered.default("seed", None), step=1, key="seed",
+                               placeholder="random")
+    remembered.keep()
     return info, Choices(target, drafter, k, p_min, draft_top_k, temperature, int(top_k),
                          None if seed is None else int(seed), int(max_tokens))
+
+
+def _restart_button(settings: Settings) -> None:
+    """Where the app runs the server itself, a button that starts it again (the app also does so on
+    its own whenever it finds the server dead)."""
+    keeper = app_server(settings)
+    if not keeper.owns_server:
+        return
+    if st.sidebar.button("Restart the embedded server", icon=":material/restart_alt:", key="restart_server"):
+        try:
+            with st.spinner("Starting the embedded server…"):
+                keeper.restart()
+        except HostError as error:
+            st.sidebar.error(explain(error, settings))
+            return
+        st.rerun()
 
 
 def _parallel_note(settings: Settings, info: ServerInfo, target: str) -> None:

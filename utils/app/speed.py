@@ -68,11 +68,13 @@ def speedup_text(stats: dict[str, Any], baseline: dict[str, Any] | None) -> str:
 
 
 def speedup_so_far(stats: dict[str, Any], baseline: dict[str, Any] | None, rate: float | None) -> str:
-    """The live chart's headline for a speculative answer."""
-    if reason := no_speedup_reason(stats, so_far=True):
+    """The chart's headline for a speculative answer: "so far" only while it streams (no done_reason yet)."""
+    live = not stats.get("done_reason")
+    if reason := no_speedup_reason(stats, so_far=live):
         return f"no speed-up shown: {reason}"
     if baseline and rate:
-        return f"speed-up so far ×{rate / baseline['tokens_per_second']:.2f} against the standard baseline"
+        return (f"speed-up{' so far' if live else ''} ×{rate / baseline['tokens_per_second']:.2f} against the "
+                "standard baseline")
     return "speed-up: no baseline measured yet"
 
 

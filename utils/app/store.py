@@ -43,6 +43,10 @@ CREATE TABLE IF NOT EXISTS baselines (
     measured_at TEXT NOT NULL,
     PRIMARY KEY (server, target)
 );
+CREATE TABLE IF NOT EXISTS preferences (
+    key TEXT PRIMARY KEY, -- a sidebar setting's widget key
+    value TEXT NOT NULL   -- JSON
+);
 """
 
 DEFAULT_TITLE = "New conversation"
@@ -78,7 +82,7 @@ class ConversationStore:
         with self._connect() as db:
             cursor = db.execute(
                 "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
-                (_clean_title(title), stamp, stamp),
+                (clean_title(title), stamp, stamp),
             )
             return int(cursor.lastrowid)
 
@@ -88,6 +92,16 @@ class ConversationStore:
             rows = db.execute("SELECT * FROM conversations ORDER BY updated_at DESC, id DESC").fetchall()
         return [dict(row) for row in rows]
 
+    def search(self, text: str) -> list[dict[str, Any]]:
+        """The conversations whose title or any message contains `text` (any case), most recent first."""
+        pattern = "%" + text.strip().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT * FROM conversations c WHERE c.title LIKE :p ESCAPE '\\' OR EXISTS (SELECT 1 FROM messages m"
+                " WHERE m.conversation_id = c.id AND m.content LIKE :p ESCAPE '\\')"
+                " ORDER BY updated_at DESC, id DESC", {"p": pattern}).fetchall()
+        return [dict(row) for row in rows]
+
     def conversation(self, conversation_id: int) -> dict[str, Any] | None:
         with self._connect() as db:
             row = db.execute("SELECT * FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
@@ -95,7 +109,7 @@ class ConversationStore:
 
     def rename(self, conversation_id: int, title: str) -> None:
         with self._connect() as db:
-            db.execute("UPDATE conversations SET title = ? WHERE id = ?", (_clean_title(title), conversation_id))
+            db.execute("UPDATE conversations SET title = ? WHERE id = ?", (clean_title(title), conversation_id))
 
     def delete(self, conversation_id: int) -> None:
         with self._connect() as db:
@@ -116,6 +130,12 @@ class ConversationStore:
             )
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (stamp, conversation_id))
             return int(cursor.lastrowid)
+
+    def delete_from(self, conversation_id: int, message_id: int) -> None:
+        """Delete a message and every later one of its conversation (regenerate, edit and resend)."""
+        with self._connect() as db:
+            db.execute("DELETE FROM messages WHERE conversation_id = ? AND id >= ?", (conversation_id, message_id))
+            db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (now(), conversation_id))
 
     def messages(self, conversation_id: int) -> list[dict[str, Any]]:
         with self._connect() as db:
@@ -145,6 +165,18 @@ class ConversationStore:
                 "SELECT * FROM baselines WHERE server = ? AND target = ?", (server, target)
             ).fetchone()
         return dict(row) if row else None
+
+    # -- preferences -------------------------------------------------------------------------------
+
+    def preferences(self) -> dict[str, Any]:
+        """The sidebar settings as last chosen, by widget key (kept across reloads and restarts)."""
+        with self._connect() as db:
+            return {row["key"]: json.loads(row["value"]) for row in db.execute("SELECT * FROM preferences")}
+
+    def set_preferences(self, values: dict[str, Any]) -> None:
+        with self._connect() as db:
+            db.executemany("INSERT OR REPLACE INTO preferences (key, value) VALUES (?, ?)",
+                           [(key, json.dumps(value)) for key, value in values.items()])
 
     # -- export ----------------------------------------------------------------------------------
 
@@ -180,7 +212,7 @@ def stats_summary(stats: dict[str, Any]) -> str:
     return text
 
 
-def _clean_title(title: str) -> str:
+def clean_title(title: str) -> str:
     return " ".join(title.split())[:80] or DEFAULT_TITLE
 
 

@@ -71,6 +71,12 @@ class BenchConfig:
         return configurations
 
 
+def describe(engine: str, drafter: str, k: str) -> str:
+    """A configuration in words: 'standard', 'lookup, K auto', 'llama-server: qwen2.5-coder:0.5b, K 4'."""
+    words = "standard" if drafter == STANDARD else f"{drafter}, K {k}"
+    return words if engine == PROJECT else f"{engine}: {words}"
+
+
 def load_prompts(config: BenchConfig) -> list[dict[str, Any]]:
     prompts = []
     with open(config.prompts_file) as handle:
@@ -199,8 +205,8 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                 if (prompt["id"], repeat, engine, drafter, k) in done:
                     continue
                 if progress:
-                    engine_label = "" if engine == PROJECT else f"{engine}:"
-                    progress(index - 1, len(plan), f"{prompt['id']} #{repeat + 1} {engine_label}{drafter} k={k}")
+                    progress(index - 1, len(plan), f"{prompt['id']}, repeat {repeat + 1}/{config.repeat}: "
+                                                   f"{describe(engine, drafter, k)}")
                 max_tokens = config.max_tokens or prompt.get("max_tokens", 128)
                 if engine == PROJECT:
                     request = GenerationRequest(
