@@ -22,8 +22,10 @@ from starlette.responses import Response
 from utils.api.http import ApiError, BodyLimit, JSONResponse, install_error_handlers, json_response, now
 from utils.api.schemas import ChatBody, GenerateBody, ShowBody
 from utils.embedded.answer import CountArrivals, answer, final_response
+from utils.embedded.context import count_tokens, fit_messages
 from utils.embedded.engine import ModelRunner
 from utils.embedded.models import ModelError, ModelStore
+from utils.embedded.tools import chat_tools, tojson
 
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
 DEFAULT_NUM_CTX = 4096
@@ -90,16 +92,17 @@ def _raise(message: str) -> None:
 
 
 _jinja.globals.update(raise_exception=_raise, strftime_now=lambda fmt: datetime.now().strftime(fmt))
+_jinja.filters["tojson"] = tojson
 
 
-def render_chat(runner: ModelRunner, messages: list[dict[str, Any]]) -> str:
+def render_chat(runner: ModelRunner, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
     """The exact prompt the model's own chat template makes, ending where the assistant speaks."""
     template = runner.metadata.get("tokenizer.chat_template")
     if not template:  # a base model: plain concatenation, as Ollama's default "{{ .Prompt }}"
         return "".join(m["content"] for m in messages)
     try:
         return _jinja.from_string(template).render(
-            messages=messages, add_generation_prompt=True, bos_token="", eos_token=""
+            messages=messages, tools=tools, add_generation_prompt=True, bos_token="", eos_token=""
         )
     except ApiError:
         raise
@@ -185,13 +188,15 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
     async def chat(body: ChatBody, request: Request) -> Response:
         body.check()
         runner, load = await models.get(body.model, body.options.num_ctx)
+        tools = chat_tools(runner, body)
         messages = [m.model_dump() for m in body.messages]
-        prompt = render_chat(runner, messages) if messages else ""
+        prompt, dropped = fit_messages(messages, lambda kept: render_chat(runner, kept, tools),
+                                       lambda text: count_tokens(runner, text), runner.num_ctx) if messages else ("", 0)
         if body.debug_render_only:
             return _rendered(body.model, prompt)
         if not messages:
             return final_response(body.model, "load", None, load, chat=True, stream=body.stream)
-        return await answer(request, runner, body, prompt, load, chat=True)
+        return await answer(request, runner, body, prompt, load, chat=True, tools=tools, dropped_messages=dropped)
 
     return app
 
