@@ -20,6 +20,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from starlette.responses import Response
 
 from utils.api.http import ApiError, BodyLimit, JSONResponse, install_error_handlers, json_response, now
+from utils.api.openai_routes import install_openai
 from utils.api.schemas import ChatBody, GenerateBody, ShowBody
 from utils.embedded.answer import CountArrivals, answer, final_response
 from utils.embedded.context import count_tokens, fit_messages
@@ -198,6 +199,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
             return final_response(body.model, "load", None, load, chat=True, stream=body.stream)
         return await answer(request, runner, body, prompt, load, chat=True, tools=tools, dropped_messages=dropped)
 
+    install_openai(app, chat, generate, lambda: [_model_entry(spec) for spec in store.installed()])
     return app
 
 
