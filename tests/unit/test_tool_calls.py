@@ -54,6 +54,9 @@ def test_a_bare_or_fenced_call_naming_a_tool_is_a_call_and_other_json_is_content
     bare = '[{"name": "add", "arguments": "{\\"a\\": 1}"}]'  # arguments as a JSON string, in a list
     _, calls = run(ToolCallParser(NAMES), bare, 2)
     assert calls[0]["function"]["arguments"] == {"a": 1}
+    doubled = '{{"name": "add", "arguments": {"a": 1}}}'  # as qwen2.5-coder:1.5b's own template writes it
+    _, calls = run(ToolCallParser(NAMES), doubled, 5)
+    assert calls[0]["function"]["arguments"] == {"a": 1}
     other = '{"name": "unknown_tool", "arguments": {}}'
     content, calls = run(ToolCallParser(NAMES), other, 4)
     assert "".join(content) == other and not calls

@@ -58,10 +58,22 @@ def _partial_open(text: str) -> int:
     return 0
 
 
+def _loads(text: str) -> Any:
+    """JSON, also as qwen2.5-coder:1.5b's template shows it: its GGUF's template writes the call as
+    `{{"name": ..., "arguments": ...}}` (a Go template's escape left in), and the model copies that."""
+    text = text.strip()
+    try:
+        return json.loads(text)
+    except ValueError:
+        if text.startswith("{{") and text.endswith("}}"):
+            return json.loads(text[1:-1])
+        raise
+
+
 def parse_call(text: str, index: int) -> dict[str, Any] | None:
     """One block's JSON as Ollama's tool call, or None when it is not one."""
     try:
-        value = json.loads(text.strip())
+        value = _loads(text)
     except ValueError:
         return None
     if not isinstance(value, dict) or not isinstance(value.get("name"), str):
@@ -83,7 +95,7 @@ def bare_calls(text: str, names: set[str], first: int) -> list[dict[str, Any]] |
     text = text.strip()
     fenced = _FENCED.match(text)
     try:
-        value = json.loads(fenced.group(1) if fenced else text)
+        value = _loads(fenced.group(1) if fenced else text)
     except ValueError:
         return None
     items = value if isinstance(value, list) else [value]
