@@ -192,7 +192,8 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         tools = chat_tools(runner, body)
         messages = [m.model_dump() for m in body.messages]
         prompt, dropped = fit_messages(messages, lambda kept: render_chat(runner, kept, tools),
-                                       lambda text: count_tokens(runner, text), runner.num_ctx) if messages else ("", 0)
+                                       lambda text: count_tokens(runner, text), runner.num_ctx,
+                                       body.truncate is not False) if messages else ("", 0)
         if body.debug_render_only:
             return _rendered(body.model, prompt)
         if not messages:

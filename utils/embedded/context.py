@@ -33,11 +33,12 @@ def count_tokens(runner: Any, text: str) -> int:
 
 
 def fit_messages(messages: list[dict[str, Any]], render: Callable[[list[dict[str, Any]]], str],
-                 count: Callable[[str], int], num_ctx: int) -> tuple[str, int]:
-    """(the prompt, how many messages were left out) for a chat that must fit the context."""
+                 count: Callable[[str], int], num_ctx: int, truncate: bool = True) -> tuple[str, int]:
+    """(the prompt, how many messages were left out) for a chat that must fit the context.
+    `truncate` False (the request's): the whole chat, which the worker refuses if it is too long."""
     limit = num_ctx - num_ctx // ANSWER_SHARE
     prompt = render(messages)
-    if len(prompt.encode("utf-8", errors="surrogatepass")) < limit or count(prompt) <= limit:
+    if not truncate or len(prompt.encode("utf-8", errors="surrogatepass")) < limit or count(prompt) <= limit:
         return prompt, 0  # a token is at least one byte: a short prompt needs no tokenizing
     low, high = 1, len(messages) - 1  # the first start that fits, by bisection (more dropped, fewer tokens)
     best = None

@@ -213,8 +213,10 @@ class OllamaServer:
 
     def _generate_body(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int,
                        stream: bool) -> dict[str, Any]:
+        # truncate: false, because a context cut to fit would be verified against another text than
+        # the answer's: a prompt past num_ctx is the server's 400, not a silently shortened context.
         return {"model": model, "prompt": prompt, "raw": True, "stream": stream, "options": options,
-                "logprobs": True, "top_logprobs": top_logprobs}
+                "logprobs": True, "top_logprobs": top_logprobs, "truncate": False}
 
     async def stream_raw(
         self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0
