@@ -110,6 +110,8 @@ def test_langchain_bind_tools_gets_a_tool_call(server_url):
 
 
 def test_a_model_whose_template_has_no_tools_refuses_them(server_url):
+    client = ollama.Client(host=server_url)
+    assert "tools" in client.show(TOOLS_MODEL).capabilities and "tools" not in client.show(SMALL).capabilities
     with pytest.raises(ollama.ResponseError) as refused:
         ollama.Client(host=server_url).chat(model=SMALL, messages=QUESTION, tools=[get_weather])
     assert refused.value.status_code == 400

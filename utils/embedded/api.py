@@ -26,7 +26,7 @@ from utils.embedded.answer import CountArrivals, answer, final_response
 from utils.embedded.context import count_tokens, fit_messages
 from utils.embedded.engine import ModelRunner
 from utils.embedded.models import ModelError, ModelStore
-from utils.embedded.tools import chat_tools, tojson
+from utils.embedded.tools import chat_tools, offers_tools, tojson
 
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
 DEFAULT_NUM_CTX = 4096
@@ -164,7 +164,8 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
             "template": runner.metadata.get("tokenizer.chat_template", "{{ .Prompt }}"),
             "details": entry["details"],
             "model_info": info,
-            "capabilities": ["completion"],
+            "capabilities": ["completion"] + (["tools"] if offers_tools(runner.metadata.get("tokenizer.chat_template"))
+                                              else []),
             "modified_at": entry["modified_at"],
         }
 
