@@ -98,5 +98,6 @@ def test_a_chat_keeps_its_system_message_and_the_newest_turns_that_fit():
     assert count(prompt) <= 80 - 80 // 4
     kept = 20 - dropped
     assert kept >= 1 and render([messages[0]] + messages[-kept:]) == prompt
-    assert count(render([messages[0]] + messages[-kept - 1:])) > 60  # one more would not have fitted
+    assert messages[-kept]["role"] == "user"  # the kept turns begin with a question
+    assert count(render([messages[0]] + messages[-kept - 2:])) > 60  # one more turn would not have fitted
     assert fit_messages(messages[:3], render, count, num_ctx=4096) == (render(messages[:3]), 0)

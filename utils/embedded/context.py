@@ -1,10 +1,11 @@
 """Prompts longer than the context (`num_ctx`): truncated as Ollama truncates them, never refused.
 
 A chat drops its oldest turns first, keeping every system message and always the newest message
-(Ollama's chatPrompt). A prompt that still does not fit, or a generate prompt, is cut by tokens on
-the model's worker: its first NUM_KEEP tokens and as many of its last as fit (Ollama's runner,
-which leaves about half the context for the answer). Either way the answer says what was left
-out, in a `truncated` field of its last message, and the server's log has a line for it.
+(Ollama's chatPrompt); what is kept begins at a user message. A prompt that still does not fit, or
+a generate prompt, is cut by tokens on the model's worker: its first NUM_KEEP tokens and as many of
+its last as fit (Ollama's runner, which leaves about half the context for the answer). Either way
+the answer says what was left out, in a `truncated` field of its last message, and the server's
+log has a line for it.
 """
 
 from __future__ import annotations
@@ -40,15 +41,20 @@ def fit_messages(messages: list[dict[str, Any]], render: Callable[[list[dict[str
     prompt = render(messages)
     if not truncate or len(prompt.encode("utf-8", errors="surrogatepass")) < limit or count(prompt) <= limit:
         return prompt, 0  # a token is at least one byte: a short prompt needs no tokenizing
-    low, high = 1, len(messages) - 1  # the first start that fits, by bisection (more dropped, fewer tokens)
+    # Where the kept turns may begin: at a user message (templates such as Gemma's refuse a chat
+    # whose turns do not alternate from one, and a tool result without its call means nothing),
+    # or at the last message, which is always kept.
+    starts = [i for i in range(1, len(messages)) if messages[i].get("role") == "user"]
+    starts = sorted(set(starts) | {len(messages) - 1})
+    low, high = 0, len(starts) - 1  # the first start that fits, by bisection (more dropped, fewer tokens)
     best = None
     while low <= high:
-        start = (low + high) // 2
-        candidate = _from(messages, start, render)
+        middle = (low + high) // 2
+        candidate = _from(messages, starts[middle], render)
         if count(candidate) <= limit:
-            best, high = (candidate, start), start - 1
+            best, high = (candidate, starts[middle]), middle - 1
         else:
-            low = start + 1
+            low = middle + 1
     prompt, start = best if best else (_from(messages, len(messages) - 1, render), len(messages) - 1)
     dropped = sum(1 for m in messages[:start] if m.get("role") != "system")
     if dropped:
