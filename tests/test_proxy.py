@@ -333,6 +333,16 @@ def test_openai_requests_speculation_cannot_serve_go_upstream_unchanged(proxied,
     assert 'reason="format"' in httpx.get(f"{proxied}/metrics").text
 
 
+def test_a_prompt_longer_than_the_context_is_truncated_upstream_not_refused(proxied):
+    """The engine never verifies a cut context (it sends truncate: false); the proxy then hands the
+    request to upstream, which truncates it as Ollama does."""
+    prompt = "Start here. " + "hello " * 5000 + "The end."  # past the default context of 4096 tokens
+    body = {"model": SMALL, "prompt": prompt, "raw": True, "options": {"temperature": 0, "num_predict": 8}}
+    answer = raw_answer(proxied, "/api/generate", body)
+    assert answer["truncated"]["tokens"] > 0 and answer["eval_count"] > 0 and "speculative" not in answer
+    assert 'reason="context"' in httpx.get(f"{proxied}/metrics").text
+
+
 def test_the_app_page_shows_the_proxys_live_traffic(proxied):
     from streamlit.testing.v1 import AppTest
 
