@@ -52,6 +52,8 @@ def constraint_for(runner: Any, format: Any) -> GrammarConstraint | None:
 class GrammarConstraint:
     """One answer's grammar state on one model's vocabulary; used by that model's worker thread only."""
 
+    sampler = None  # until llama.cpp has made one
+
     def __init__(self, vocab: Any, vocab_size: int, grammar: str):
         from llama_cpp import llama_cpp
 
