@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from config import get_settings
 
@@ -129,7 +131,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"engine": engine})
         options = SamplingOptions(temperature=args.temperature, top_k=args.top_k, seed=args.seed)
         request = GenerationRequest(prompt=args.prompt, raw=not args.chat, options=options,
-                                    max_tokens=args.max_tokens, k=args.k, stop=args.stop or [])
+                                    max_tokens=args.max_tokens, k=args.k, stop=args.stop or [],
+                                    format=args.format)
         result = asyncio.run(generate_once(
             settings, request, target=args.target, drafter=args.draft, host=args.host,
             draft_host=args.draft_host, echo=None if args.json else _echo,
@@ -233,6 +236,19 @@ def _probability(text: str) -> float:
     return value
 
 
+def _answer_format(text: str) -> str | dict:
+    """--format: "json", a JSON schema written inline, or the path of a file holding one."""
+    if text == "json":
+        return text
+    try:
+        schema = json.loads(text if text.lstrip().startswith("{") else Path(text).read_text())
+    except (OSError, ValueError) as error:
+        raise argparse.ArgumentTypeError(f"not 'json', a JSON schema or a schema file: {error}") from None
+    if not isinstance(schema, dict):
+        raise argparse.ArgumentTypeError("a JSON schema is an object")
+    return schema
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -290,6 +306,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=int, default=None)
     generate.add_argument("--max-tokens", type=int, default=256)
     generate.add_argument("--stop", action="append", help="a stop string (repeatable)")
+    generate.add_argument("--format", type=_answer_format, default=None,
+                          help="'json' or a JSON schema (inline or a file): constrained, generated standard")
     generate.add_argument("--host", default=None, help="Ollama server (default: OLLAMA_HOST, else embedded)")
     generate.add_argument("--draft-host", default=None, help="server of the draft model (default: --host)")
     generate.add_argument("--json", action="store_true", help="print one JSON object at the end")

@@ -359,18 +359,16 @@ async def test_raw_mode_with_system_is_400(client):
 
 
 @pytest.mark.parametrize("stream", [False, True])
-async def test_a_prompt_longer_than_the_context_is_400_and_the_server_goes_on(client, stream):
-    prompt = "hello " * 2000
+async def test_a_prompt_longer_than_the_context_with_truncate_false_is_400_and_the_server_goes_on(
+        client, server_url, stream):
+    """Without `truncate: false` such a prompt is cut to fit (tests/test_long_chats.py)."""
+    body = {"model": SMALL, "prompt": "hello " * 2000, "raw": True, "stream": stream, "truncate": False,
+            "options": {"num_ctx": 256, "num_predict": 4}}
     try:
-        with pytest.raises(ollama.ResponseError) as caught:
-            options = {"num_ctx": 256, "num_predict": 4}
-            request = client.generate(model=SMALL, prompt=prompt, raw=True, stream=stream, options=options)
-            if stream:
-                await collect(await request)
-            else:
-                await request
-        assert caught.value.status_code == 400
-        assert "context length" in caught.value.error
+        async with http(server_url) as h:
+            reply = await h.post("/api/generate", json=body)
+        assert reply.status_code == 400
+        assert "context length" in reply.json()["error"]
     finally:
         await restore_default_context(client)
     assert (await greedy(client, COUNTING, 4)).eval_count == 4

@@ -323,12 +323,24 @@ def test_openai_sdk_chat_and_completions_are_speculated(proxied, server_url):
 
 
 def test_openai_requests_speculation_cannot_serve_go_upstream_unchanged(proxied, server_url):
-    body = {"model": SMALL, "messages": [{"role": "user", "content": "hi"}],
+    body = {"model": SMALL, "messages": [{"role": "user", "content": "hi"}], "temperature": 0, "max_tokens": 40,
             "response_format": {"type": "json_object"}}
     mine = httpx.post(f"{proxied}/v1/chat/completions", json=body, timeout=120)
     theirs = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=120)
-    assert (mine.status_code, mine.content) == (theirs.status_code, theirs.content)
+    assert mine.status_code == theirs.status_code == 200
+    content = mine.json()["choices"][0]["message"]["content"]  # ids and times differ; the answer does not
+    assert content == theirs.json()["choices"][0]["message"]["content"] and isinstance(json.loads(content), dict)
     assert 'reason="format"' in httpx.get(f"{proxied}/metrics").text
+
+
+def test_a_prompt_longer_than_the_context_is_truncated_upstream_not_refused(proxied):
+    """The engine never verifies a cut context (it sends truncate: false); the proxy then hands the
+    request to upstream, which truncates it as Ollama does."""
+    prompt = "Start here. " + "hello " * 5000 + "The end."  # past the default context of 4096 tokens
+    body = {"model": SMALL, "prompt": prompt, "raw": True, "options": {"temperature": 0, "num_predict": 8}}
+    answer = raw_answer(proxied, "/api/generate", body)
+    assert answer["truncated"]["tokens"] > 0 and answer["eval_count"] > 0 and "speculative" not in answer
+    assert 'reason="context"' in httpx.get(f"{proxied}/metrics").text
 
 
 def test_the_app_page_shows_the_proxys_live_traffic(proxied):

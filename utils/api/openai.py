@@ -5,6 +5,7 @@ that answers in Ollama's shape can speak OpenAI through it."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -21,6 +22,38 @@ class OpenAIError(ValueError):
 
 def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def error_type(status: int) -> str:
+    """OpenAI's error type for an HTTP status, as Ollama's NewError chooses it."""
+    return {400: "invalid_request_error", 404: "not_found_error"}.get(status, "api_error")
+
+
+def _ollama_tool_calls(calls: Any) -> list[dict[str, Any]]:
+    """An assistant message's OpenAI tool calls (arguments as a JSON string) as Ollama's (an object)."""
+    out = []
+    for call in calls if isinstance(calls, list) else []:
+        function = (call or {}).get("function") or {}
+        arguments = function.get("arguments", {})
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments or "{}")
+            except ValueError:
+                raise OpenAIError("invalid tool call arguments") from None
+        out.append({**({"id": call["id"]} if call.get("id") else {}),
+                    "function": {"name": function.get("name", ""), "arguments": arguments}})
+    return out
+
+
+def openai_tool_calls(calls: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Ollama's tool calls in OpenAI's shape (Ollama's ToToolCalls)."""
+    out = []
+    for i, call in enumerate(calls or []):
+        function = call.get("function") or {}
+        out.append({"id": call.get("id") or f"call_{secrets.token_hex(4)}", "index": function.get("index", i),
+                    "type": "function", "function": {"name": function.get("name", ""),
+                                                     "arguments": json.dumps(function.get("arguments", {}))}})
+    return out
 
 
 def _text(content: Any) -> str:
@@ -86,7 +119,9 @@ def chat_body(body: dict[str, Any]) -> dict[str, Any]:
             raise OpenAIError("each message needs a role")
         item: dict[str, Any] = {"role": message["role"], "content": _text(message.get("content"))}
         if message.get("tool_calls"):
-            item["tool_calls"] = message["tool_calls"]
+            item["tool_calls"] = _ollama_tool_calls(message["tool_calls"])
+        if message["role"] == "tool" and message.get("tool_call_id"):
+            item["tool_call_id"] = message["tool_call_id"]
         converted.append(item)
     out["messages"] = converted
     if body.get("tools"):
@@ -115,14 +150,21 @@ class Reply:
         self.model, self.chat = model, chat
         self.id = ("chatcmpl-" if chat else "cmpl-") + secrets.token_hex(6)
         self.created = int(time.time())
+        self.tool_calls_sent = False
 
     def _head(self, kind: str) -> dict[str, Any]:
         return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
                 "system_fingerprint": FINGERPRINT}
 
-    @staticmethod
-    def _finish(message: dict[str, Any]) -> str:
-        return "length" if message.get("done_reason") == "length" else "stop"
+    def _finish(self, message: dict[str, Any]) -> str:
+        if message.get("done_reason") == "length":
+            return "length"
+        return "tool_calls" if self.tool_calls_sent else "stop"
+
+    def _tool_calls(self, message: dict[str, Any]) -> list[dict[str, Any]]:
+        calls = openai_tool_calls((message.get("message") or {}).get("tool_calls"))
+        self.tool_calls_sent = self.tool_calls_sent or bool(calls)
+        return calls
 
     @staticmethod
     def usage(final: dict[str, Any]) -> dict[str, int]:
@@ -138,8 +180,10 @@ class Reply:
     def whole(self, text: str, final: dict[str, Any]) -> dict[str, Any]:
         """The non-streamed object for the whole answer."""
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text},
-                      "finish_reason": self._finish(final)}
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if calls := self._tool_calls(final):
+                message["tool_calls"] = calls
+            choice = {"index": 0, "message": message, "finish_reason": self._finish(final)}
             return {**self._head("chat.completion"), "choices": [choice], "usage": self.usage(final)}
         choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": self._finish(final)}
         return {**self._head("text_completion"), "choices": [choice], "usage": self.usage(final)}
@@ -147,12 +191,14 @@ class Reply:
     def chunk(self, message: dict[str, Any]) -> dict[str, Any]:
         """One streamed chunk for one Ollama message (the last carries the finish reason)."""
         done = bool(message.get("done"))
-        finish = self._finish(message) if done else None
         if self.chat:
-            delta = {"role": "assistant", "content": self._content(message)}
+            delta: dict[str, Any] = {"role": "assistant", "content": self._content(message)}
+            if calls := self._tool_calls(message):
+                delta["tool_calls"] = calls
+            finish = self._finish(message) if done else None
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
             return {**self._head("chat.completion.chunk"), "choices": [choice]}
-        choice = {"text": self._content(message), "index": 0, "finish_reason": finish}
+        choice = {"text": self._content(message), "index": 0, "finish_reason": self._finish(message) if done else None}
         return {**self._head("text_completion"), "choices": [choice]}
 
     async def sse(self, messages: AsyncIterator[dict[str, Any]], include_usage: bool) -> AsyncIterator[bytes]:

@@ -56,6 +56,7 @@ class Common(BaseModel):
     top_logprobs: int = 0
     keep_alive: Any = None
     format: Any = None
+    truncate: bool | None = None  # False: a prompt longer than the context is refused, not truncated
     debug_render_only: bool = Field(False, alias="_debug_render_only")
 
     def check(self) -> None:
@@ -80,6 +81,7 @@ class GenerateBody(Common):
 
 class ChatBody(Common):
     messages: list[Message] = Field(default_factory=list)
+    tools: list[dict[str, Any]] | None = None
 
 
 class ShowBody(BaseModel):

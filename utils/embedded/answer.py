@@ -19,8 +19,10 @@ from utils import burst
 from utils.api.http import ApiError, json_response, ndjson_line, ndjson_response, now
 from utils.api.schemas import Common
 from utils.embedded.engine import ModelRunner
+from utils.embedded.grammar import constraint_for
 from utils.embedded.jobs import ARRIVALS, Completion, EngineError, Job, TokenInfo
 from utils.embedded.text import TextAssembler
+from utils.embedded.tools import ToolCallParser, tool_names
 
 _ARRIVAL = "embedded.arrival"
 GENERATION_PATHS = ("/api/generate", "/api/chat")
@@ -115,6 +117,7 @@ def job_for(body: Common, prompt: str) -> Job:
         top_logprobs=body.top_logprobs if body.logprobs else None,
         on_token=_unset,
         on_done=_unset,
+        truncate=body.truncate is not False,  # a prompt past the context is cut, unless refused
     )
 
 
@@ -122,25 +125,54 @@ def _unset(_: object) -> None:
     raise AssertionError("the job's callbacks were not set")
 
 
+class Shape:
+    """What an answer's text becomes beyond plain content: tool calls parsed out of it (`tools`), and
+    the report of what was left out of the prompt to fit the context."""
+
+    def __init__(self, tools: list[dict[str, Any]] | None, dropped_messages: int):
+        self.parser = ToolCallParser(tool_names(tools)) if tools else None
+        self.dropped_messages = dropped_messages
+
+    def message(self, text: str, final: bool = False) -> dict[str, Any]:
+        """The chat message for `text` (the tool calls it completes taken out of the content)."""
+        if self.parser is None:
+            return {"role": "assistant", "content": text}
+        content, calls = self.parser.feed(text)
+        if final:
+            rest, more = self.parser.flush()
+            content, calls = content + rest, calls + more
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = calls
+        return message
+
+    def report(self, job: Job, final: dict[str, Any]) -> None:
+        if self.dropped_messages or job.truncated_tokens:
+            final["truncated"] = {"messages": self.dropped_messages, "tokens": job.truncated_tokens}
+
+
 async def answer(request: Request, runner: ModelRunner, body: Common, prompt: str, load: float, *,
-                 chat: bool) -> Response:
+                 chat: bool, tools: list[dict[str, Any]] | None = None, dropped_messages: int = 0) -> Response:
     """Run one job; stream NDJSON chunks, or collect them into one response."""
     job = job_for(body, prompt)
     job.burst = burst.parse(request.headers.get(burst.HEADER))
+    job.constraint = constraint_for(runner, body.format)  # freed by the worker once the job has run
     assembler = TextAssembler(body.options.stops())
+    shape = Shape(tools if chat else None, dropped_messages)
     if body.stream:
-        return await _streamed(request, runner, body, job, assembler, load, chat)
-    return await _whole(request, runner, body, job, assembler, load, chat)
+        return await _streamed(request, runner, body, job, assembler, load, chat, shape)
+    return await _whole(request, runner, body, job, assembler, load, chat, shape)
 
 
 async def _whole(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,
-                 load: float, chat: bool) -> Response:
-    return json_response(await collect(request, runner, body, job, assembler, load, chat))
+                 load: float, chat: bool, shape: Shape) -> Response:
+    return json_response(await collect(request, runner, body, job, assembler, load, chat, shape))
 
 
 async def collect(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,
-                  load: float, chat: bool) -> dict[str, Any]:
+                  load: float, chat: bool, shape: Shape | None = None) -> dict[str, Any]:
     """Run `job` to its end; the non-streamed answer's JSON body."""
+    shape = shape or Shape(None, 0)
     loop = asyncio.get_running_loop()
     finished: asyncio.Future[Completion | EngineError] = loop.create_future()
     parts: list[str] = []
@@ -172,22 +204,23 @@ async def collect(request: Request, runner: ModelRunner, body: Common, job: Job,
     reason = "stop" if assembler.stopped else event.done_reason
     final = final_fields(body.model, reason, event, load, chat=chat)
     text = "".join(parts)
-    final.update({"message": {"role": "assistant", "content": text}} if chat else {"response": text})
+    final.update({"message": shape.message(text, final=True)} if chat else {"response": text})
+    shape.report(job, final)
     if body.logprobs:
         final["logprobs"] = logprobs
     return final
 
 
 async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,
-                    load: float, chat: bool) -> Response:
+                    load: float, chat: bool, shape: Shape) -> Response:
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[TokenInfo | Completion | EngineError] = asyncio.Queue()
     put = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)  # noqa: E731
     job.on_token = job.on_done = put
 
-    def chunk(text: str, info: TokenInfo | None) -> bytes:
+    def chunk(text: str, info: TokenInfo | None, final: bool = False) -> bytes:
         out: dict[str, Any] = {"model": body.model, "created_at": now()}
-        out.update({"message": {"role": "assistant", "content": text}} if chat else {"response": text})
+        out.update({"message": shape.message(text, final)} if chat else {"response": text})
         out["done"] = False
         if body.logprobs:
             out["logprobs"] = [logprob_entry(info)] if info is not None else []
@@ -209,10 +242,12 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
                         raise ApiError(str(event), event.status)
                     if isinstance(event, Completion):
                         tail = assembler.flush()
-                        if tail:
-                            out.append(chunk(tail, None))
+                        if tail or shape.parser is not None:  # the parser may hold text or a call back
+                            out.append(chunk(tail, None, final=True))
                         reason = "stop" if assembler.stopped else event.done_reason
-                        out.append(ndjson_line(final_fields(body.model, reason, event, load, chat=chat)))
+                        final = final_fields(body.model, reason, event, load, chat=chat)
+                        shape.report(job, final)
+                        out.append(ndjson_line(final))
                         yield b"".join(out)
                         return
                     out.append(chunk(assembler.feed(event.piece), event))

@@ -21,6 +21,7 @@ from starlette.responses import Response
 
 from utils.api.cors import add_cors, origins_from_env
 from utils.api.http import ApiError, BodyLimit, JSONResponse, install_error_handlers, json_response, now
+from utils.api.openai_routes import install_openai
 from utils.api.schemas import ChatBody, GenerateBody, ShowBody
 from utils.embedded import burst_api, embeddings, management
 from utils.embedded.answer import CountArrivals, answer, final_response
@@ -30,11 +31,13 @@ from utils.embedded.capabilities import (
     refuse_template_and_context,
     refuse_unsupported,
 )
+from utils.embedded.context import count_tokens, fit_messages
 from utils.embedded.embeddings import Embedder
 from utils.embedded.engine import ModelRunner
 from utils.embedded.models import ModelError, ModelStore
 from utils.embedded.names import not_found
 from utils.embedded.residency import Residency, keep_alive_seconds
+from utils.embedded.tools import chat_tools, tojson
 
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
 DEFAULT_NUM_CTX = 4096
@@ -153,16 +156,17 @@ def _raise(message: str) -> None:
 
 
 _jinja.globals.update(raise_exception=_raise, strftime_now=lambda fmt: datetime.now().strftime(fmt))
+_jinja.filters["tojson"] = tojson
 
 
-def render_chat(runner: ModelRunner, messages: list[dict[str, Any]]) -> str:
+def render_chat(runner: ModelRunner, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
     """The exact prompt the model's own chat template makes, ending where the assistant speaks."""
     template = runner.metadata.get("tokenizer.chat_template")
     if not template:  # a base model: plain concatenation, as Ollama's default "{{ .Prompt }}"
         return "".join(m["content"] for m in messages)
     try:
         return _jinja.from_string(template).render(
-            messages=messages, add_generation_prompt=True, bos_token="", eos_token=""
+            messages=messages, tools=tools, add_generation_prompt=True, bos_token="", eos_token=""
         )
     except ApiError:
         raise
@@ -269,15 +273,19 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         if not body.messages and await models.unload_now(body.model, body.keep_alive):
             return final_response(body.model, "unload", None, 0.0, chat=True, stream=body.stream)
         runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
+        tools = chat_tools(runner, body)
         messages = [m.model_dump() for m in body.messages]
         refuse_unsupported(body.model, body.model_extra or {}, messages)
-        prompt = render_chat(runner, messages) if messages else ""
+        prompt, dropped = fit_messages(messages, lambda kept: render_chat(runner, kept, tools),
+                                       lambda text: count_tokens(runner, text), runner.num_ctx,
+                                       body.truncate is not False) if messages else ("", 0)
         if body.debug_render_only:
             return _rendered(body.model, prompt)
         if not messages:
             return final_response(body.model, "load", None, load, chat=True, stream=body.stream)
-        return await answer(request, runner, body, prompt, load, chat=True)
+        return await answer(request, runner, body, prompt, load, chat=True, tools=tools, dropped_messages=dropped)
 
+    install_openai(app, chat, generate, lambda: [_model_entry(spec) for spec in store.installed()])
     return app
 
 

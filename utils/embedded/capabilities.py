@@ -12,6 +12,7 @@ from typing import Any
 
 from utils.api.http import ApiError
 from utils.embedded.engine import ModelRunner
+from utils.embedded.tools import offers_tools
 
 NO_VISION = "this model is missing data required for image input"  # Ollama's ErrNoVisionModel
 
@@ -34,6 +35,8 @@ def capabilities(runner: ModelRunner) -> list[str]:
     found = ["embedding"] if any(key.endswith("pooling_type") for key in runner.metadata) else ["completion"]
     if fim_pieces(runner):
         found.append("insert")
+    if offers_tools(runner.metadata.get("tokenizer.chat_template")):
+        found.append("tools")
     return found
 
 

@@ -30,6 +30,7 @@ import numpy as np
 
 from utils.embedded.bursts import gather
 from utils.embedded.cache import TokenCache, common_prefix
+from utils.embedded.context import fit_groups
 from utils.embedded.jobs import Completion, EngineError, Job, TokenInfo
 from utils.sampling import log_sum_exp, sample
 
@@ -210,7 +211,7 @@ class ModelRunner:
             if job.num_predict == 1 and self.batch:
                 self.expected_burst = gather(self.jobs, burst, self.expected_burst)
             gathered = time.perf_counter_ns()
-            groups = self._nested_groups(burst)
+            groups = fit_groups(self._nested_groups(burst), self.num_ctx)
             if TRACE:
                 tokenized = time.perf_counter_ns()
                 print(f"[{self.name}] {len(burst)} jobs in {len(groups)} groups; waited "
@@ -247,6 +248,14 @@ class ModelRunner:
         return groups
 
     def _run_group(self, group: list[Job]) -> None:
+        try:
+            self._run_jobs(group)
+        finally:
+            for job in group:
+                if job.constraint is not None:
+                    job.constraint.close()
+
+    def _run_jobs(self, group: list[Job]) -> None:
         try:
             longest = group[-1].tokens
             if not group[0].tokens:
@@ -322,11 +331,16 @@ class ModelRunner:
         rng = np.random.default_rng(job.options.seed) if not job.options.greedy else None
         count, reason = 0, "length"
         started = time.perf_counter_ns()
+        constraint = job.constraint
         while True:
             if job.cancelled.is_set():
                 reason = "cancelled"
                 break
-            token = sample(logits, job.options, rng)
+            if constraint is None:
+                token = sample(logits, job.options, rng)
+            else:  # `format`: the grammar's allowed tokens only
+                token = constraint.choose(logits, job.options, rng)
+                constraint.accept(token)
             self.cache.choose(len(job.tokens) + count, token)
             if token in self.end_tokens:
                 reason = "stop"

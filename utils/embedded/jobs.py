@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from utils.sampling import SamplingOptions
 
@@ -81,3 +82,6 @@ class Job:
     submitted: int = 0  # time.perf_counter_ns() when it was handed to the worker
     walked: int = 0  # leading tokens that TokenCache.tokenize gave (the rest: a nested prompt's extra text)
     burst: tuple[str, int] | None = None  # (id, size) of the validator burst it announced (utils/burst.py)
+    constraint: Any = None  # a grammar.GrammarConstraint (`format`): what the answer may be; freed when done
+    truncate: bool = True  # a prompt past the context is cut (context.py); False: refused
+    truncated_tokens: int = 0  # prompt tokens left out to fit the context

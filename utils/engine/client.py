@@ -223,18 +223,21 @@ class OllamaServer:
         return (await self._request("POST", "/api/chat", body))["_debug_info"]["rendered_template"]
 
     def _generate_body(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int,
-                       stream: bool) -> dict[str, Any]:
+                       stream: bool, format: Any = None) -> dict[str, Any]:
+        # truncate: false, because a context cut to fit would be verified against another text than
+        # the answer's: a prompt past num_ctx is the server's 400, not a silently shortened context.
         return {"model": model, "prompt": prompt, "raw": True, "stream": stream, "options": options,
-                "logprobs": True, "top_logprobs": top_logprobs}
+                "logprobs": True, "top_logprobs": top_logprobs, "truncate": False,
+                **({"format": format} if format is not None else {})}
 
     async def stream_raw(
-        self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0
+        self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0, format: Any = None
     ) -> AsyncIterator[Chunk]:
         """Raw streaming generation, chunk by chunk as the server sends them.
 
         Leaving the loop early closes the HTTP stream, which stops generation on the server.
         """
-        body = self._generate_body(model, prompt, options, top_logprobs, stream=True)
+        body = self._generate_body(model, prompt, options, top_logprobs, stream=True, format=format)
         async for message in self._stream("/api/generate", body):
             done = message.get("done")
             yield Chunk(message.get("response") or "", _tokens(message),

@@ -34,6 +34,9 @@ from utils.sampling import GREEDY, SamplingOptions
 # After an empty draft: a few tokens, then try drafting again; twice as many after each empty draft
 # in a row (each segment is a request of its own), up to the controller's segment length.
 SHORT_SEGMENT_TOKENS = 4
+# A request speculation cannot answer exactly is generated standard, for this reason.
+FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the server, which speculation does "
+                 "not apply: generated standard")
 
 
 @dataclass
@@ -88,6 +91,8 @@ class SpeculativeDecoder:
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
         answer = await self._start(request)
+        for fallback in answer.stats.fallbacks:  # generated standard from the start: say why at once
+            yield FallbackEvent(fallback.reason)
         while answer.output.done_reason is None:
             k = self._choose_k(answer)
             steps = self._standard_segment(answer) if k == 0 else self._speculative_round(answer, k)
@@ -98,18 +103,21 @@ class SpeculativeDecoder:
     # -- the steps -----------------------------------------------------------------------------------
 
     async def _start(self, request: GenerationRequest) -> _Answer:
-        drafter = self.drafter
+        asked = self.drafter
+        drafter = asked if request.format is None else None
         method = choose_method(request.options, drafter.exact_distribution) if drafter else None
         try:
             prompt = await self.raw_prompt(request)
         except ServerError as error:
             raise GenerationError(error.message, "") from None
         key = (self.target.url, self.target_model, drafter and drafter.name, method)
+        stats = AnswerStats(mode="speculative" if drafter else "standard", target=self.target_model,
+                            drafter=asked.name if asked else None, method=method)
+        if asked is not None and drafter is None:
+            stats.fallbacks.append(Fallback(at_token=0, reason=FORMAT_REASON))
         return _Answer(
             request=request, prompt=prompt, drafter=drafter, method=method,
-            controller=controller_for(key, self.config.k_max, request.k),
-            stats=AnswerStats(mode="speculative" if drafter else "standard", target=self.target_model,
-                              drafter=drafter.name if drafter else None, method=method),
+            controller=controller_for(key, self.config.k_max, request.k), stats=stats,
             output=Output(request.stop, request.max_tokens), rng=np.random.default_rng(request.options.seed),
         )
 
@@ -144,7 +152,10 @@ class SpeculativeDecoder:
         first_token_at: float | None = None
         count = 0
         try:
-            async for chunk in self.target.stream_raw(self.target_model, answer.context, request):
+            # `format` only ever reaches here with no drafter: one segment, the whole answer, so the
+            # grammar starts where the answer starts.
+            async for chunk in self.target.stream_raw(self.target_model, answer.context, request,
+                                                      format=answer.request.format):
                 if chunk.tokens and first_token_at is None:
                     first_token_at = time.perf_counter()
                 count += len(chunk.tokens)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from utils.engine.config import K_LIMIT
 from utils.sampling import GREEDY, SamplingOptions
@@ -18,6 +19,9 @@ class GenerationRequest:
     max_tokens: int = 256  # -1: until the model stops or the context is full
     stop: list[str] = field(default_factory=list)
     k: int | None = None  # a fixed draft length; None lets the controller choose
+    # Ollama's `format` ("json" or a JSON schema): the server constrains the whole answer with a grammar,
+    # which speculation does not apply, so such an answer is generated standard (the stats say why).
+    format: str | dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         problems = [

@@ -32,6 +32,8 @@ from utils.proxy.forward import forward
 from utils.proxy.metrics import ProxyMetrics
 from utils.proxy.routing import Forward, Speculation, plan
 
+CONTEXT_FULL = "exceeds the context length"  # the server's refusal of a prompt longer than num_ctx
+
 
 @dataclass
 class ProxyConfig:
@@ -118,15 +120,19 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
             model = body.get("model", "") if isinstance(body, dict) else ""
             metrics.observe_forward(client_of(request), endpoint, str(model), decision.code, decision.reason)
             return await forward(request, upstream_http, body_bytes, drop)
-        return await _speculate(request, decision, chat, endpoint)
+        return await _speculate(request, decision, chat, endpoint, body_bytes)
 
-    async def _answer(request: Request, job: Speculation, chat: bool, endpoint: str):
+    async def _answer(request: Request, job: Speculation, chat: bool, endpoint: str, body_bytes: bytes):
         """The answer's Ollama messages, started: a failure before any text is an error Response."""
         try:
             decoder = await drafters.decoder(job.model, job.config)
             stream = answers.events(decoder, job.request)
             first = await anext(stream)  # a failure before any text gets a status, as Ollama's would
         except (ServerError, GenerationError) as error:
+            if CONTEXT_FULL in error.message:  # the engine never cuts a context; upstream truncates it
+                metrics.observe_forward(client_of(request), endpoint, job.model, "context",
+                                        "the prompt is longer than the context: upstream truncates it")
+                return await forward(request, upstream_http, body_bytes, drop)
             return json_response({"error": error.message}, getattr(error, "status", None) or 500)
         client = client_of(request)
 
@@ -142,8 +148,8 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
 
         return answers.messages(job.model, chat, replay(), done)
 
-    async def _speculate(request: Request, job: Speculation, chat: bool, endpoint: str) -> Response:
-        answer = await _answer(request, job, chat, endpoint)
+    async def _speculate(request: Request, job: Speculation, chat: bool, endpoint: str, body_bytes: bytes) -> Response:
+        answer = await _answer(request, job, chat, endpoint, body_bytes)
         if isinstance(answer, Response):
             return answer
         if job.stream:
@@ -192,7 +198,9 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
         if isinstance(decision, Forward):
             metrics.observe_forward(client_of(request), endpoint, translated["model"], decision.code, decision.reason)
             return await forward(request, upstream_http, body_bytes, drop)
-        answer = await _answer(request, decision, chat, endpoint)
+        answer = await _answer(request, decision, chat, endpoint, body_bytes)
+        if isinstance(answer, StreamingResponse):  # sent upstream after all: upstream's own answer
+            return answer
         if isinstance(answer, Response):  # Ollama's {"error"} becomes OpenAI's error object
             message = json.loads(answer.body).get("error", "")
             return json_response(openai.error_body(message), answer.status_code)
