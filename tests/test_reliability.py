@@ -268,17 +268,35 @@ def test_fuzzing_the_openapi_description_finds_no_server_errors(server_url):
 # -- security -------------------------------------------------------------------------------------
 
 
-async def test_the_api_has_only_its_ollama_endpoints_and_reads_no_arbitrary_file(server_url):
+ENDPOINTS = {
+    "/", "/api/version", "/api/tags", "/api/ps", "/api/show", "/api/generate", "/api/chat",  # generation
+    "/api/embed", "/api/embeddings", "/v1/embeddings",  # embeddings
+    "/api/pull", "/api/push", "/api/create", "/api/copy", "/api/delete", "/api/blobs/{digest}",  # models
+    "/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/models/{model}",  # OpenAI
+    "/speculative/burst",  # a validator's burst in one request
+}
+
+
+async def test_the_api_has_only_its_endpoints_and_reads_no_arbitrary_file(server_url):
     async with httpx.AsyncClient(base_url=server_url, timeout=60) as http:
         paths = set((await http.get("/openapi.json")).json()["paths"])
-        assert paths == {"/", "/api/version", "/api/tags", "/api/ps", "/api/show", "/api/generate", "/api/chat"}
-        # Ollama's endpoints that write or read files are not there.
-        for method, path in (("POST", "/api/pull"), ("POST", "/api/create"), ("POST", "/api/push"),
-                             ("POST", "/api/copy"), ("DELETE", "/api/delete"), ("POST", "/api/blobs/sha256:00"),
-                             ("GET", "/../../etc/passwd"), ("GET", "/api/show?model=/etc/passwd")):
-            reply = await http.request(method, path, json={"model": SMALL, "source": "/etc/passwd"})
-            assert reply.status_code in (404, 405), (path, reply.status_code)
+        assert paths == ENDPOINTS
+        # Paths and names that point at files outside the models are refused, and nothing of them is read
+        # back: /api/create takes a GGUF path, so a file that is no GGUF must be a refusal, not a model.
+        for method, path, body in (
+            ("POST", "/api/create", {"model": "passwd", "from": "/etc/passwd"}),
+            ("POST", "/api/create", {"model": "passwd", "modelfile": "FROM /etc/passwd"}),
+            ("POST", "/api/pull", {"model": "../../etc/passwd"}),
+            ("POST", "/api/show", {"model": "/etc/passwd"}),
+            ("POST", "/api/push", {"model": SMALL}),
+            ("POST", "/api/blobs/sha256:00", None),
+            ("GET", "/../../etc/passwd", None),
+            ("GET", "/api/show?model=/etc/passwd", None),
+        ):
+            reply = await http.request(method, path, json=body)
+            assert 400 <= reply.status_code < 500 or reply.status_code == 501, (path, body, reply.status_code)
             assert "root:" not in reply.text
+        assert "passwd" not in {m["name"] for m in (await http.get("/api/tags")).json()["models"]}
         show = (await http.post("/api/show", json={"model": SMALL})).json()
         assert show["modelfile"] == f"FROM {Settings().models_dir / 'SmolLM2-135M-Instruct.Q4_1.gguf'}"
 

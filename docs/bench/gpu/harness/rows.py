@@ -1,11 +1,22 @@
-"""On the GPU: is a row's logits the same in a batch of n rows as alone? (the engine's EXACT_ROWS)."""
-import sys, json
+"""On the GPU: is a row's logits the same in a batch of n rows as alone? (the engine's EXACT_ROWS).
+
+    python rows.py PROJECT_DIR MODEL.gguf OUT.json
+"""
+
+import json
+import sys
+
 sys.path.insert(0, sys.argv[1])
-from utils.embedded.engine import ModelRunner  # first: llama.cpp before numpy
-from pathlib import Path
-import numpy as np
+from utils.embedded.engine import ModelRunner  # noqa: E402 - first: llama.cpp before numpy
+
+# isort: split
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
 runner = ModelRunner("t", Path(sys.argv[2]), 4096, 16, gpu_layers=-1)
-runner.jobs.put(None); runner.thread.join()  # we drive the model ourselves
+runner.jobs.put(None)  # stop the worker: this script drives the model itself
+runner.thread.join()
 rng = np.random.default_rng(0)
 context = [int(t) for t in rng.integers(100, 50000, 300)]
 drafts = [int(t) for t in rng.integers(100, 50000, 16)]
