@@ -250,7 +250,9 @@ def test_fuzzing_the_openapi_description_finds_no_server_errors(server_url):
             tame(case)
             response = case.call(base_url=server_url, timeout=120)
             seen.append((path, response.status_code))
-            assert response.status_code < 500, (case.body, response.status_code, response.text[:500])
+            # 501: a field this server refuses on purpose (template, context), with a sentence
+            assert response.status_code < 500 or response.status_code == 501, \
+                (case.body, response.status_code, response.text[:500])
             if response.status_code >= 400:
                 assert isinstance(response.json().get("error"), str), response.text[:500]
 

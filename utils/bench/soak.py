@@ -112,7 +112,7 @@ async def one_round(http: httpx.AsyncClient, index: int, tally: Tally, rng: rand
             ({"model": "../../etc/passwd", "prompt": "hi"}, 404),
             (b'{"model": "smollm2:135m", "prompt": ', 400),
             ({"model": DRAFT, "prompt": "hi", "options": {"temperature": -1}}, 400),
-            ({"model": DRAFT, "prompt": "word " * 5000, "stream": False}, 400),
+            ({"model": DRAFT, "prompt": "word " * 5000, "stream": False, "truncate": False}, 400),
             ({"model": DRAFT, "prompt": "hi", "top_logprobs": 50, "logprobs": True}, 400),
         ])
         await _expect(http, "refused", tally, bad[0], "/api/generate", bad[1])
