@@ -71,20 +71,20 @@ async def test_greedy_exact_when_bursts_arrive_split(server_url, monkeypatch, la
     import asyncio
 
     real_verify, real_next_token = PromptPrefixValidator.verify, OllamaServer.next_token
-    burst: list[str] = []
+    sent: list[str] = []
     rounds = [0]
 
     async def verify(self, *args, **kwargs):
-        burst.clear()
+        sent.clear()
         rounds[0] += 1
         return await real_verify(self, *args, **kwargs)
 
-    async def next_token(self, model, prompt, options, top=0):
-        burst.append(prompt)  # the validator sends its requests in order: context, context+d1, ...
-        index, split = len(burst) - 1, 1 + rounds[0] % 3
+    async def next_token(self, model, prompt, options, top=0, burst=None):
+        sent.append(prompt)  # the validator sends its requests in order: context, context+d1, ...
+        index, split = len(sent) - 1, 1 + rounds[0] % 3
         if (index >= split) == (late == "drafts"):
-            await asyncio.sleep(0.05)
-        return await real_next_token(self, model, prompt, options, top)
+            await asyncio.sleep(0.05)  # longer than the server waits even for an announced burst
+        return await real_next_token(self, model, prompt, options, top, burst)
 
     real_about = OllamaServer.about
 
