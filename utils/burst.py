@@ -16,9 +16,14 @@ _ids = itertools.count()
 _PROCESS = f"{os.getpid():x}"
 
 
+def new_id() -> str:
+    """An id no other burst of this process has."""
+    return f"{_PROCESS}.{next(_ids)}"
+
+
 def announce(size: int) -> dict[str, str]:
     """The header for the requests of one new burst of `size` requests."""
-    return {HEADER: f"{_PROCESS}.{next(_ids)} {size}"}
+    return {HEADER: f"{new_id()} {size}"}
 
 
 def parse(value: str | None) -> tuple[str, int] | None:

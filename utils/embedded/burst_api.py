@@ -11,7 +11,6 @@ evaluation). Any other Ollama gets the K+1 requests (utils/engine/client.py).
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -20,12 +19,12 @@ from starlette.responses import Response
 
 from utils.api.http import ApiError, json_response
 from utils.api.schemas import GenerateBody
+from utils.burst import new_id
 from utils.embedded.answer import collect, job_for
 from utils.embedded.text import TextAssembler
 
 PATH = "/speculative/burst"
 MAX_REQUESTS = 64
-_ids = itertools.count()
 
 
 class BurstBody(BaseModel):
@@ -40,15 +39,15 @@ def register(app: FastAPI, models: Any) -> None:
             each.check()
             if each.model != first.model:
                 raise ApiError("every request of a burst must name the same model", 400)
+            if each.options.num_ctx != first.options.num_ctx:
+                raise ApiError("every request of a burst must use the same num_ctx", 400)
             if not each.raw or each.stream or each.options.num_predict != 1 or not each.prompt:
                 raise ApiError("a burst holds raw, non-streamed requests with num_predict 1 and a prompt", 400)
             if each.format is not None or each.suffix or each.model_extra:
                 raise ApiError("a burst request has fields only /api/generate serves: "
                                f"{sorted({*(each.model_extra or {}), *(['format'] if each.format else [])})}", 400)
         runner, load = await models.get(first.model, first.options.num_ctx, first.keep_alive)
-        if any(each.options.num_ctx != first.options.num_ctx for each in body.requests):
-            raise ApiError("every request of a burst must use the same num_ctx", 400)
-        announced = (f"b{next(_ids)}", len(body.requests))
+        announced = (new_id(), len(body.requests))
         jobs = []
         for each in body.requests:
             job = job_for(each, each.prompt)
