@@ -34,6 +34,10 @@ class Settings(BaseSettings):
     # Layers the embedded server puts on the GPU when llama.cpp was built with one (scripts/install.sh
     # builds with CUDA where nvcc is found): -1 all, 0 none. A CPU-only build ignores it.
     gpu_layers: int = Field(default=-1, ge=-1)
+    # Answers each embedded model generates at once (Ollama's OLLAMA_NUM_PARALLEL): each has its own
+    # KV-cache sequence of num_ctx tokens, and answers in progress advance a token each in turn.
+    num_parallel: int = Field(default=4, ge=1, le=16,
+                              validation_alias=AliasChoices("OLLAMA_NUM_PARALLEL", "SPEC_NUM_PARALLEL"))
 
     # Models, named as in utils/embedded/models.json (Ollama library tags).
     target_model: str = "qwen2.5-coder:1.5b"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import statistics
 import time
 
 import httpx
@@ -395,14 +396,19 @@ async def eval_speed(client: ollama.AsyncClient) -> float:
 
 
 async def queue_wait_in_tokens(client: ollama.AsyncClient) -> float:
-    """How long a short request waited before the model took it up, counted in its own time per
-    token. The model serves one request at a time, so a generation that went on after its client
-    left shows up as a wait of that many tokens, however busy the machine is."""
-    started = time.perf_counter()
-    short = await greedy(client, "1, 2, 3, 4,", 8)
-    wall_ns = (time.perf_counter() - started) * 1e9
-    assert short.eval_count == 8
-    return (wall_ns - short.total_duration) / (short.eval_duration / short.eval_count)
+    """How long short requests, one for each of the model's slots (OLLAMA_NUM_PARALLEL) at once,
+    waited before the model took them up, counted in their own time per token (the longest wait).
+    A generation that went on after its client left holds a slot, so one of them waits for it to
+    end: that many tokens, however busy the machine is."""
+
+    async def short() -> float:
+        started = time.perf_counter()
+        answer = await greedy(client, "1, 2, 3, 4,", 8)
+        wall_ns = (time.perf_counter() - started) * 1e9
+        assert answer.eval_count == 8
+        return (wall_ns - answer.total_duration) / (answer.eval_duration / answer.eval_count)
+
+    return max(await asyncio.gather(*(short() for _ in range(get_settings().num_parallel))))
 
 
 async def test_closing_a_stream_stops_the_generation(client, server_url):
@@ -441,6 +447,35 @@ async def test_concurrent_requests_answer_as_they_would_alone(client):
     alone = [await ask(prompt) for prompt in prompts]
     assert together == alone
     assert len(set(alone)) == len(prompts)
+
+
+async def test_a_second_client_gets_its_first_token_while_a_long_answer_streams(client, server_url):
+    """Answers in progress take turns a token at a time: a second client waits for its own prompt's
+    evaluation and a token or two of the first answer, not for the whole of it. (The 1.5b model: its
+    tokens take long enough that HTTP's few milliseconds do not count.)"""
+    body = {"model": TARGET, "prompt": COUNTING, "raw": True, "stream": True, "options": {**GREEDY, "num_predict": 256}}
+    second = "<|im_start|>user\nName three rivers in Europe.<|im_end|>\n<|im_start|>assistant\n"
+    async with http(server_url) as h, h.stream("POST", "/api/generate", json=body) as response:
+        lines = response.aiter_lines()
+        arrivals = []
+        for _ in range(12):
+            await anext(lines)
+            arrivals.append(time.perf_counter())
+        token_time = statistics.median(b - a for a, b in zip(arrivals[2:], arrivals[3:]))
+        asked = time.perf_counter()
+        stream = await client.generate(model=TARGET, prompt=second, raw=True, stream=True,
+                                       options={**GREEDY, "num_predict": 8})
+        first, final = None, None
+        async for chunk in stream:
+            first = first or time.perf_counter()
+            final = chunk
+        after = [json.loads(await anext(lines)) for _ in range(5)]
+    assert not any(chunk["done"] for chunk in after)  # the first answer goes on
+    waited = first - asked
+    allowed = final.prompt_eval_duration / 1e9 + 3 * token_time
+    print(f"second client's first token after {waited * 1e3:.0f} ms; its prompt took "
+          f"{final.prompt_eval_duration / 1e6:.0f} ms, a token of the first answer {token_time * 1e3:.0f} ms")
+    assert waited <= allowed, f"waited {waited * 1e3:.0f} ms, allowed {allowed * 1e3:.0f} ms"
 
 
 async def greedy_pieces(client: ollama.AsyncClient, model: str, context: str, count: int) -> list[str]:

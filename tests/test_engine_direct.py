@@ -96,8 +96,9 @@ def batched_against_single(fast_batches: bool) -> float:
     runner = ModelRunner("qwen2.5-coder:0.5b", path, 1024, threads=2, fast_batches=fast_batches)
     try:
         tokens = runner.llama.tokenize(PROMPTS[2].encode() + b"The capital of Italy is Rome, a city", special=True)
-        batched = runner._evaluate(tokens, first_row=len(tokens) - 8)
-        single = np.concatenate([runner._evaluate(tokens[: n + 1], first_row=n)
+        slot = runner.slots[0]
+        batched = runner._evaluate(slot, tokens, first_row=len(tokens) - 8)
+        single = np.concatenate([runner._evaluate(slot, tokens[: n + 1], first_row=n)
                                  for n in range(len(tokens) - 8, len(tokens))])
         return float(np.abs(batched - single).max())
     finally:
@@ -169,5 +170,27 @@ def test_a_validator_burst_is_one_llama_decode(k):
         alone = run_jobs(runner, prompts, 1, together=False)
         assert [made for made, _ in together] == [made for made, _ in alone]
         assert counts == [done.prompt_eval_count for _, done in alone]
+    finally:
+        runner.close()
+
+
+def test_answers_in_progress_advance_together_each_as_it_would_alone():
+    """Concurrent answers share the worker: each has its own KV-cache sequence, and their next tokens
+    are evaluated in one llama_decode. Each greedy answer is still exactly the one it gets alone,
+    and the worker needed fewer decodes than running them one after another."""
+    from utils.embedded.engine import ModelRunner
+
+    runner = ModelRunner(MODEL, ModelStore(get_settings().models_dir).path(MODEL), 1024, threads=2, parallel=3)
+    try:
+        prompts = [prompt.encode() for prompt in PROMPTS]
+        before = runner.decodes
+        alone = [run_jobs(runner, [prompt], NUM_PREDICT, together=False)[0] for prompt in prompts]
+        one_by_one = runner.decodes - before
+        run_jobs(runner, [b"~"] * 3, 1, together=False)  # evaluate the prompts again below
+        before = runner.decodes
+        together = run_jobs(runner, prompts, NUM_PREDICT, together=True)
+        assert [made for made, _ in together] == [made for made, _ in alone]
+        assert sorted(len(made) for made, _ in together)[-2] == NUM_PREDICT  # two long answers at least
+        assert runner.decodes - before < one_by_one * 3 // 4
     finally:
         runner.close()

@@ -108,3 +108,22 @@ def text_distribution(top_logprobs: dict[str, float], options: SamplingOptions) 
     for index, prob in zip(indices, probs):
         out[texts[index]] = out.get(texts[index], 0.0) + float(prob)
     return out
+
+
+def best_tokens(logits: np.ndarray, count: int) -> list[int]:
+    """The `count` most likely tokens, most likely first (ties: lower id first). A few argmax passes
+    for a few tokens; otherwise one partition for the threshold (an argpartition of a whole
+    vocabulary costs about 0.25 ms per 50,000 tokens)."""
+    if count <= 8:
+        values, best = logits.copy(), []
+        for _ in range(min(count, values.shape[0])):
+            token = int(np.argmax(values))
+            best.append(token)
+            values[token] = -np.inf
+        return best
+    size = logits.shape[0]
+    if count >= size:
+        return [int(t) for t in np.argsort(-logits, kind="stable")]
+    threshold = np.partition(logits, size - count)[size - count]
+    candidates = np.flatnonzero(logits >= threshold)
+    return [int(t) for t in candidates[np.argsort(-logits[candidates], kind="stable")][:count]]

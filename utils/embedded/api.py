@@ -47,9 +47,10 @@ class Models:
     """Loaded runners by name; a request with another num_ctx reloads the model, as Ollama does.
     Embedding contexts (embeddings.py) load beside them; `residency` unloads both per keep_alive."""
 
-    def __init__(self, store: ModelStore, threads: int, batch: bool, fast_batches: bool, gpu_layers: int):
+    def __init__(self, store: ModelStore, threads: int, batch: bool, fast_batches: bool, gpu_layers: int,
+                 parallel: int):
         self.store, self.threads, self.batch, self.fast_batches = store, threads, batch, fast_batches
-        self.gpu_layers = gpu_layers
+        self.gpu_layers, self.parallel = gpu_layers, parallel
         self.runners: dict[str, ModelRunner] = {}
         self.embedders: dict[str, Embedder] = {}
         self.lock = asyncio.Lock()
@@ -79,7 +80,7 @@ class Models:
         name = self.resolve(name)
         self.residency.touch(name, keep_alive)  # an invalid keep_alive is a 400 before anything loads
         return await self._load(name, wanted, keep_alive, self.runners, "", lambda path: ModelRunner(
-            name, path, wanted, self.threads, self.batch, self.fast_batches, self.gpu_layers))
+            name, path, wanted, self.threads, self.batch, self.fast_batches, self.gpu_layers, self.parallel))
 
     async def embedder(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> tuple[Embedder, float]:
         """The model's embedding context (embeddings.py), loaded on first use like a runner."""
@@ -118,7 +119,7 @@ class Models:
 
     def busy(self, name: str) -> bool:
         runner, embedder = self.runners.get(name), self.embedders.get(name)
-        return bool((runner and (runner.current is not None or not runner.jobs.empty()))
+        return bool((runner and runner.answering)
                     or (embedder and embedder.lock.locked()))
 
     async def unload(self, name: str, when_due: bool = True) -> None:
@@ -178,14 +179,14 @@ def render_chat(runner: ModelRunner, messages: list[dict[str, Any]], tools: list
 
 
 def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_batches: bool = False,
-               gpu_layers: int = -1) -> FastAPI:
+               gpu_layers: int = -1, parallel: int = 4) -> FastAPI:
     app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION,
                   default_response_class=JSONResponse)
     app.add_middleware(BodyLimit)
     app.add_middleware(CountArrivals)  # outermost: a request counts from its first byte
     install_error_handlers(app)
     add_cors(app, origins_from_env())
-    models = Models(store, threads, batch, fast_batches, gpu_layers)
+    models = Models(store, threads, batch, fast_batches, gpu_layers, parallel)
     app.state.models = models
     embeddings.register(app, models)
     management.register(app, models)

@@ -1,7 +1,10 @@
 """llama.cpp behind the embedded server: one worker thread per loaded model.
 
-Each model keeps a single KV-cache sequence and serves requests one evaluation at a time. The one
-trick is for the prompt-prefix validator: requests that arrive together with `num_predict` 1 and
+Each model keeps a few KV-cache sequences (slots, Ollama's OLLAMA_NUM_PARALLEL). A request goes to
+the idle slot whose cached text it continues, else to the one used longest ago; answers in progress
+in several slots advance a token each in turn (in one llama_decode), so a second client's first
+token waits for its own prompt, not for the first client's whole answer. The one trick is for the
+prompt-prefix validator: requests that arrive together with `num_predict` 1 and
 prompts that extend one another (context, context+d1, context+d1+d2, ...) are answered from ONE
 llama_decode of the longest prompt's new tokens, reading each request's next-token logits at its own
 position. Prompts are tokenized against the cache (cache.py), at a cost proportional to what is new;
@@ -15,6 +18,7 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -32,7 +36,8 @@ from utils.embedded.bursts import gather
 from utils.embedded.cache import TokenCache, common_prefix
 from utils.embedded.context import fit_groups
 from utils.embedded.jobs import Completion, EngineError, Job, TokenInfo
-from utils.sampling import log_sum_exp, sample
+from utils.embedded.slots import Answer, Slot, idle_slot, nested_groups, tokenize_group
+from utils.sampling import best_tokens, log_sum_exp, sample
 
 EXACT_ROWS = 7
 TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
@@ -45,15 +50,16 @@ _COMPUTE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
 
 
 @contextmanager
-def _model_defaults(**fields: object) -> Iterator[None]:
-    """Set llama_model_params fields that llama-cpp-python's Llama() has no argument for.
+def _defaults(function: str, **fields: object) -> Iterator[None]:
+    """Set llama.cpp parameter fields that llama-cpp-python's Llama() has no argument for.
 
-    Llama() starts from llama_model_default_params(); for the duration, that returns the defaults
-    with `fields` changed. Models load one at a time (the server's model lock), so this is safe.
+    Llama() starts from llama_model_default_params() and llama_context_default_params(); for the
+    duration, `function` returns its defaults with `fields` changed. Models load one at a time (the
+    server's model lock), so this is safe.
     """
     import llama_cpp.llama as llama_module
 
-    original = llama_module.llama_cpp.llama_model_default_params
+    original = getattr(llama_module.llama_cpp, function)
 
     def defaults():
         params = original()
@@ -61,11 +67,11 @@ def _model_defaults(**fields: object) -> Iterator[None]:
             setattr(params, name, value)
         return params
 
-    llama_module.llama_cpp.llama_model_default_params = defaults
+    setattr(llama_module.llama_cpp, function, defaults)
     try:
         yield
     finally:
-        llama_module.llama_cpp.llama_model_default_params = original
+        setattr(llama_module.llama_cpp, function, original)
 
 
 def _piece(vocab: object, token: int) -> bytes:
@@ -83,53 +89,37 @@ def _piece(vocab: object, token: int) -> bytes:
         size = -length  # too small: the length it needs
 
 
-def _best(logits: np.ndarray, count: int) -> list[int]:
-    """The `count` most likely tokens, most likely first (ties: lower id first). A few argmax passes
-    for a few tokens; otherwise one partition for the threshold (an argpartition of a whole
-    vocabulary costs about 0.25 ms per 50,000 tokens)."""
-    if count <= 8:
-        values, best = logits.copy(), []
-        for _ in range(min(count, values.shape[0])):
-            token = int(np.argmax(values))
-            best.append(token)
-            values[token] = -np.inf
-        return best
-    size = logits.shape[0]
-    if count >= size:
-        return [int(t) for t in np.argsort(-logits, kind="stable")]
-    threshold = np.partition(logits, size - count)[size - count]
-    candidates = np.flatnonzero(logits >= threshold)
-    return [int(t) for t in candidates[np.argsort(-logits[candidates], kind="stable")][:count]]
-
-
 class ModelRunner:
     """A loaded model, its KV cache and the thread that owns both."""
 
     def __init__(self, name: str, path: Path, num_ctx: int, threads: int, batch: bool = True,
-                 fast_batches: bool = False, gpu_layers: int = -1):
+                 fast_batches: bool = False, gpu_layers: int = -1, parallel: int = 4):
         self.name, self.path, self.num_ctx = name, path, num_ctx
         # With a GPU backend (a CUDA or Metal build) the layers live on the GPU: -1 means all of them.
         # On a CPU-only build llama.cpp ignores the setting; it is set to 0 so that /api/ps says so.
         self.gpu_layers = gpu_layers if llama_cpp.llama_supports_gpu_offload() else 0
-        self.batch = batch  # False: one request per evaluation, like Ollama with OLLAMA_NUM_PARALLEL=1
+        self.batch = batch  # False: one request at a time, like Ollama with OLLAMA_NUM_PARALLEL=1
+        parallel = max(1, min(parallel, llama_cpp.llama_max_parallel_sequences())) if batch else 1
         # Repacked weights have faster batch kernels, but they round a row differently in a batch than
         # alone, so a verified token could differ from the standard one at a near tie. Without them
         # (and without llamafile kernels, see scripts/install.sh) every row is computed the same way.
-        with _model_defaults(use_extra_bufts=fast_batches):
+        # Each slot's sequence gets a whole `num_ctx` of its own (kv_unified off).
+        with _defaults("llama_model_default_params", use_extra_bufts=fast_batches), \
+                _defaults("llama_context_default_params", n_seq_max=parallel, kv_unified=False):
             self.llama = Llama(
-                model_path=str(path), n_ctx=num_ctx, n_batch=512, n_threads=threads,
+                model_path=str(path), n_ctx=num_ctx * parallel, n_batch=512, n_threads=threads,
                 n_threads_batch=threads, logits_all=False, verbose=False, n_gpu_layers=self.gpu_layers,
             )
-        self.current: Job | None = None
         model = self.llama._model
         self.vocab_size = self.llama.n_vocab()
         vocab = llama_cpp.llama_model_get_vocab(model.model)
         self.pieces = [_piece(vocab, t) for t in range(self.vocab_size)]
         self.end_tokens = {t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, t)}
-        self.cache = TokenCache(
-            self.pieces, lambda text, add_bos: self.llama.tokenize(text, add_bos=add_bos, special=True),
-            adds_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)), bos=int(llama_cpp.llama_vocab_bos(vocab)),
-        )
+        tokenize = lambda text, add_bos: self.llama.tokenize(text, add_bos=add_bos, special=True)  # noqa: E731
+        adds_bos, bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab)), int(llama_cpp.llama_vocab_bos(vocab))
+        self.slots = [Slot(seq, TokenCache(self.pieces, tokenize, adds_bos, bos)) for seq in range(parallel)]
+        self.pending: deque[list[Job]] = deque()  # groups waiting for an idle slot
+        self.uses = 0
         # With the exact kernels a row is computed alike in batches of up to 7 tokens and alone, but
         # not in batches of 8 or more (qwen2.5-coder's Q4_K_M here; `python -m pytest
         # tests/test_engine_direct.py -k rows`). Rows whose logits are read are evaluated in batches
@@ -151,8 +141,16 @@ class ModelRunner:
         self._batch_positions = np.ctypeslib.as_array(batch.pos, shape=(size,))
         self._batch_logits = np.ctypeslib.as_array(batch.logits, shape=(size,))
         np.ctypeslib.as_array(batch.n_seq_id, shape=(size,))[:] = 1
-        for i in range(size):
-            batch.seq_id[i][0] = 0
+        self._batch_seqs = [-1] * size  # the sequence id each batch row holds now
+        self._set_seqs([0] * size)
+
+    def _set_seqs(self, seqs: list[int]) -> None:
+        """Put batch row i in sequence seqs[i] (a ctypes write only where it changes)."""
+        seq_id = self.llama._batch.batch.seq_id
+        for i, seq in enumerate(seqs):
+            if self._batch_seqs[i] != seq:
+                seq_id[i][0] = seq
+                self._batch_seqs[i] = seq
 
     @property
     def vram_bytes(self) -> int:
@@ -166,18 +164,9 @@ class ModelRunner:
         return dict(self.llama.metadata)
 
     @property
-    def cached(self) -> list[int]:
-        """The tokens whose keys and values are in the KV cache."""
-        return self.cache.tokens
-
-    @property
-    def predicted(self) -> dict[int, int]:
-        """position -> the token the model chose there."""
-        return {p: t for p, t in enumerate(self.cache.chosen) if t >= 0}
-
-    def tokenize(self, text: bytes) -> list[int]:
-        """The tokens a request for `text` would be evaluated with, given the cache as it is now."""
-        return self.cache.tokenize(text)[0]
+    def answering(self) -> bool:
+        """An answer is in progress or a request waits for the worker."""
+        return any(slot.answer for slot in self.slots) or bool(self.pending) or not self.jobs.empty()
 
     def vocabulary(self) -> list[str]:
         """Token strings as the GGUF file writes them (what Ollama's verbose /api/show lists)."""
@@ -192,9 +181,10 @@ class ModelRunner:
         self.jobs.put(job)
 
     def close(self) -> None:
-        """Stop the answer in progress, let the worker finish, then free the model (never before)."""
-        if self.current is not None:
-            self.current.cancelled.set()
+        """Stop the answers in progress, let the worker finish, then free the model (never before)."""
+        for slot in self.slots:
+            if slot.answer is not None:
+                slot.answer.job.cancelled.set()
         self.jobs.put(None)
         self.thread.join()
         self.llama.close()
@@ -202,60 +192,56 @@ class ModelRunner:
     # -- the worker ------------------------------------------------------------------------------
 
     def _serve(self) -> None:
+        """Take requests, start them in idle slots, and advance every answer in progress a token,
+        in turn, so that a request never waits for another's whole answer."""
         while True:
-            job = self.jobs.get()
-            if job is None:
+            try:  # while answers are in progress, only what is already here
+                job = self.jobs.get_nowait() if any(slot.answer for slot in self.slots) else self.jobs.get()
+            except queue.Empty:
+                job = False
+            if job is None:  # close(): the answers in progress were cancelled; what waits is served
+                while self.pending or any(slot.answer for slot in self.slots):
+                    self._start_pending()
+                    self._step()
                 return
-            taken = time.perf_counter_ns()
-            burst = [job]
-            if job.num_predict == 1 and self.batch:
-                self.expected_burst = gather(self.jobs, burst, self.expected_burst)
-            gathered = time.perf_counter_ns()
-            groups = fit_groups(self._nested_groups(burst), self.num_ctx)
-            if TRACE:
-                tokenized = time.perf_counter_ns()
-                print(f"[{self.name}] {len(burst)} jobs in {len(groups)} groups; waited "
-                      f"{(taken - job.submitted) / 1e6:.2f} ms in the queue, {(gathered - taken) / 1e6:.2f} ms "
-                      f"for the burst, {(tokenized - gathered) / 1e6:.2f} ms to tokenize", file=sys.stderr, flush=True)
-            for group in groups:
-                self.current = group[-1]
-                self._run_group(group)
-                self.current = None
+            if job:
+                self._take(job)
+            self._start_pending()
+            self._step()
 
-    def _nested_groups(self, burst: list[Job]) -> list[list[Job]]:
-        """Tokenize the burst shortest first and chain prompts that extend one another."""
-        groups: list[list[Job]] = []
-        for job in sorted(burst, key=lambda j: len(j.prompt)):
-            last = groups[-1][-1] if groups else None
-            nests = (
-                last is not None and job.num_predict == 1 and last.num_predict == 1
-                and job.prompt.startswith(last.prompt)
-            )
-            try:
-                if nests:
-                    job.tokens = self.cache.after(last.tokens, job.prompt, len(last.prompt))
-                    job.reuse, job.version, job.walked = last.reuse, last.version, last.walked
-                else:
-                    job.tokens, job.reuse = self.cache.tokenize(job.prompt)
-                    job.version, job.walked = self.cache.version, len(job.tokens)
-            except Exception as error:  # noqa: BLE001 - reported to the client, never raised here
-                job.on_done(EngineError(f"could not tokenize the prompt: {error}", 400))
-                continue
-            if nests and len(job.tokens) > len(last.tokens):
-                groups[-1].append(job)
-            else:
-                groups.append([job])
-        return groups
+    def _take(self, job: Job) -> None:
+        """Gather the burst `job` begins and queue its groups."""
+        taken = time.perf_counter_ns()
+        burst = [job]
+        if job.num_predict == 1 and self.batch:
+            self.expected_burst = gather(self.jobs, burst, self.expected_burst)
+        groups = nested_groups(burst)
+        self.pending.extend(groups)
+        if TRACE:
+            print(f"[{self.name}] {len(burst)} jobs, {len(groups)} groups: waited {(taken - job.submitted) / 1e6:.2f} "
+                  f"ms in the queue, {(time.perf_counter_ns() - taken) / 1e6:.2f} ms for the burst", file=sys.stderr)
 
-    def _run_group(self, group: list[Job]) -> None:
+    def _start_pending(self) -> None:
+        """Start the waiting groups, first come first served, while a slot is idle."""
+        while self.pending:
+            slot = idle_slot(self.slots, self.pending[0][0].prompt)
+            if slot is None:
+                return
+            group = self.pending.popleft()
+            self.uses += 1
+            slot.used = self.uses
+            for part in fit_groups(tokenize_group(slot, group), self.num_ctx):
+                self._run_group(slot, part)
+
+    def _run_group(self, slot: Slot, group: list[Job]) -> None:
         try:
-            self._run_jobs(group)
+            self._run_jobs(slot, group)
         finally:
             for job in group:
-                if job.constraint is not None:
+                if job.constraint is not None and not (slot.answer and slot.answer.job is job):
                     job.constraint.close()
 
-    def _run_jobs(self, group: list[Job]) -> None:
+    def _run_jobs(self, slot: Slot, group: list[Job]) -> None:
         try:
             longest = group[-1].tokens
             if not group[0].tokens:
@@ -267,12 +253,12 @@ class ModelRunner:
                 )
             started = time.perf_counter_ns()
             first = len(group[0].tokens) - 1
-            hint = group[0].reuse if group[0].version == self.cache.version else 0
-            rows = self._evaluate(longest, first_row=first, hint=hint, copy=False)
-            self.cache.settle(group[0].walked)
+            hint = group[0].reuse if group[0].version == slot.cache.version else 0
+            rows = self._evaluate(slot, longest, first_row=first, hint=hint, copy=False)
+            slot.cache.settle(group[0].walked)
             prompt_ns = time.perf_counter_ns() - started
             for job in group:
-                self._generate(job, rows[len(job.tokens) - 1 - first], prompt_ns)
+                self._begin(slot, job, rows[len(job.tokens) - 1 - first], prompt_ns)
         except EngineError as error:
             for job in group:
                 job.on_done(error)
@@ -280,8 +266,9 @@ class ModelRunner:
             for job in group:
                 job.on_done(EngineError(f"llama.cpp failed: {error}", 500))
 
-    def _evaluate(self, tokens: list[int], first_row: int, hint: int = 0, copy: bool = True) -> np.ndarray:
-        """Bring the KV cache to `tokens` and return the logits of positions first_row..end.
+    def _evaluate(self, slot: Slot, tokens: list[int], first_row: int, hint: int = 0,
+                  copy: bool = True) -> np.ndarray:
+        """Bring the slot's sequence to `tokens` and return the logits of positions first_row..end.
 
         The tokens before first_row that are not cached yet are evaluated first (their logits are
         not needed), then the rows first_row..end in one llama_decode (a validator burst: the
@@ -289,30 +276,32 @@ class ModelRunner:
         `hint`: leading tokens known to equal the cache. Without `copy` the rows may be a view of
         llama.cpp's buffer, valid until the next decode.
         """
-        keep = common_prefix(self.cache.tokens, tokens, first_row, hint)
-        if keep < len(self.cache.tokens):
-            self.llama._ctx.kv_cache_seq_rm(-1, keep, -1)
-        self.cache.truncate(keep)
+        cache = slot.cache
+        keep = common_prefix(cache.tokens, tokens, first_row, hint)
+        if keep < len(cache.tokens):
+            self.llama._ctx.kv_cache_seq_rm(slot.seq, keep, -1)
+        cache.truncate(keep)
         if keep < first_row:
-            self._decode(tokens[keep:first_row], rows=False)
-        return self._decode(tokens[first_row:], rows=True, copy=copy)
+            self._decode(slot, tokens[keep:first_row], rows=False)
+        return self._decode(slot, tokens[first_row:], rows=True, copy=copy)
 
-    def _decode(self, tokens: list[int], rows: bool, copy: bool = True) -> np.ndarray:
-        """Evaluate `tokens` after the cache; with `rows`, return the logits of each (else of none)."""
+    def _decode(self, slot: Slot, tokens: list[int], rows: bool, copy: bool = True) -> np.ndarray:
+        """Evaluate `tokens` after the slot's cache; with `rows`, return the logits of each (else of none)."""
         ctx = self.llama._ctx
         size = self.exact_rows if rows else self.llama.n_batch
         outputs = []
         for start in range(0, len(tokens), size):
             chunk = tokens[start : start + size]
-            count, past = len(chunk), len(self.cache.tokens)
+            count, past = len(chunk), len(slot.cache.tokens)
             self._batch_tokens[:count] = chunk
             self._batch_positions[:count] = np.arange(past, past + count, dtype=np.int32)
+            self._set_seqs([slot.seq] * count)
             self._batch_logits[:count] = rows
             self._batch_logits[count - 1] = 1  # llama.cpp always gives the last token's logits
             self.llama._batch.batch.n_tokens = count
             _COMPUTE.submit(ctx.decode, self.llama._batch).result()
             self.decodes += 1
-            self.cache.extend(chunk)
+            slot.cache.extend(chunk)
             if rows:
                 flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(count * self.vocab_size,))
                 last = start + size >= len(tokens)  # the next decode would overwrite a view
@@ -324,35 +313,81 @@ class ModelRunner:
             return outputs[0].copy() if copy else outputs[0]
         return np.concatenate(outputs)
 
+    def _decode_across(self, items: list[tuple[Slot, int]]) -> np.ndarray:
+        """Evaluate one token after each of several slots' caches, in one llama_decode (in batches of
+        at most `exact_rows`: each row is then computed as it is alone); the logits of each."""
+        if len(items) == 1:
+            return self._decode(items[0][0], [items[0][1]], rows=True, copy=False)
+        ctx = self.llama._ctx
+        outputs = []
+        for start in range(0, len(items), self.exact_rows):
+            chunk = items[start : start + self.exact_rows]
+            count = len(chunk)
+            self._batch_tokens[:count] = [token for _, token in chunk]
+            self._batch_positions[:count] = [len(slot.cache.tokens) for slot, _ in chunk]
+            self._set_seqs([slot.seq for slot, _ in chunk])
+            self._batch_logits[:count] = 1
+            self.llama._batch.batch.n_tokens = count
+            _COMPUTE.submit(ctx.decode, self.llama._batch).result()
+            self.decodes += 1
+            for slot, token in chunk:
+                slot.cache.extend([token])
+            flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(count * self.vocab_size,))
+            outputs.append(flat.reshape(count, self.vocab_size).copy())
+        return np.concatenate(outputs)
+
     # -- generation -------------------------------------------------------------------------------
 
-    def _generate(self, job: Job, logits: np.ndarray, prompt_ns: int) -> None:
-        """Sample from `logits`, then keep decoding one token at a time until a stop."""
+    def _begin(self, slot: Slot, job: Job, logits: np.ndarray, prompt_ns: int) -> None:
+        """Sample the first token from `logits`; an answer that goes on stays in the slot."""
         rng = np.random.default_rng(job.options.seed) if not job.options.greedy else None
-        count, reason = 0, "length"
-        started = time.perf_counter_ns()
-        constraint = job.constraint
-        while True:
-            if job.cancelled.is_set():
-                reason = "cancelled"
-                break
-            if constraint is None:
-                token = sample(logits, job.options, rng)
-            else:  # `format`: the grammar's allowed tokens only
-                token = constraint.choose(logits, job.options, rng)
-                constraint.accept(token)
-            self.cache.choose(len(job.tokens) + count, token)
-            if token in self.end_tokens:
-                reason = "stop"
-                break
-            job.on_token(self._token_info(token, logits, job.top_logprobs))
-            count += 1
-            if count == job.num_predict or job.cancelled.is_set():
-                break
-            if len(self.cache.tokens) + 1 >= self.num_ctx:
-                break  # the context is full: Ollama ends such an answer with done_reason "length"
-            logits = self._decode([token], rows=True, copy=False)[-1]
-        job.on_done(Completion(reason, len(job.tokens), prompt_ns, count, time.perf_counter_ns() - started))
+        answer = Answer(job, slot, rng, prompt_ns, time.perf_counter_ns())
+        if job.cancelled.is_set():
+            self._finish(answer, "cancelled")
+        else:
+            self._advance(answer, logits)
+
+    def _step(self) -> None:
+        """One token for every answer in progress: their pending tokens evaluated in one llama_decode
+        (each in its own sequence), then each answer's next token sampled from its row."""
+        answers = [slot.answer for slot in self.slots if slot.answer is not None]
+        for answer in [a for a in answers if a.job.cancelled.is_set()]:
+            self._finish(answer, "cancelled")
+            answers.remove(answer)
+        if not answers:
+            return
+        rows = self._decode_across([(answer.slot, answer.next) for answer in answers])
+        for answer, logits in zip(answers, rows):
+            self._advance(answer, logits)
+
+    def _advance(self, answer: Answer, logits: np.ndarray) -> None:
+        """Sample the answer's next token, give it, and keep the answer in its slot unless it ends."""
+        job, slot = answer.job, answer.slot
+        answer.slot.answer = None
+        if job.constraint is None:
+            token = sample(logits, job.options, answer.rng)
+        else:  # `format`: the grammar's allowed tokens only
+            token = job.constraint.choose(logits, job.options, answer.rng)
+            job.constraint.accept(token)
+        slot.cache.choose(len(job.tokens) + answer.count, token)
+        if token in self.end_tokens:
+            return self._finish(answer, "stop")
+        job.on_token(self._token_info(token, logits, job.top_logprobs))
+        answer.count += 1
+        # A full context ends an answer with done_reason "length", as Ollama's does.
+        if (answer.count == job.num_predict or job.cancelled.is_set()
+                or len(slot.cache.tokens) + 1 >= self.num_ctx):
+            return self._finish(answer, "length")
+        answer.next = token
+        slot.answer = answer
+
+    def _finish(self, answer: Answer, reason: str) -> None:
+        job = answer.job
+        answer.slot.answer = None
+        if job.constraint is not None:
+            job.constraint.close()
+        job.on_done(Completion(reason, len(job.tokens), answer.prompt_ns, answer.count,
+                               time.perf_counter_ns() - answer.started))
 
     def _token_info(self, token: int, logits: np.ndarray, top_logprobs: int | None) -> TokenInfo:
         """The token's piece; its log-probability and the `top_logprobs` best only when asked."""
@@ -361,5 +396,5 @@ class ModelRunner:
         normalizer = log_sum_exp(logits)
         top: list[tuple[int, bytes, float]] = []
         if top_logprobs > 0:
-            top = [(t, self.pieces[t], float(logits[t]) - normalizer) for t in _best(logits, top_logprobs)]
+            top = [(t, self.pieces[t], float(logits[t]) - normalizer) for t in best_tokens(logits, top_logprobs)]
         return TokenInfo(token, self.pieces[token], float(logits[token]) - normalizer, top)

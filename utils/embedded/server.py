@@ -38,7 +38,8 @@ def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
         )
     _exit_with_parent()
     app = create_app(ModelStore(settings.models_dir, settings.source_dirs), threads=os.cpu_count() or 2, batch=batch,
-                     fast_batches=settings.fast_batches, gpu_layers=settings.gpu_layers)
+                     fast_batches=settings.fast_batches, gpu_layers=settings.gpu_layers,
+                     parallel=settings.num_parallel)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
 
 

@@ -1,0 +1,93 @@
+"""A model's KV-cache sequences (slots), the answers in progress in them, and which slot a request gets.
+
+A request goes to the idle slot whose cached text it continues (a conversation's next turn, a
+validator burst after the standard segment before it), else to the idle slot used longest ago, so
+that the caches of other conversations stay. A validator's one-token prompts that extend one
+another are one group, evaluated together in one slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from utils.embedded.cache import TokenCache, common_bytes
+from utils.embedded.jobs import EngineError, Job
+
+
+@dataclass
+class Slot:
+    """One sequence of the KV cache: the tokens it holds (a TokenCache) and the answer in progress there."""
+
+    seq: int  # llama.cpp's sequence id
+    cache: TokenCache
+    answer: Answer | None = None
+    used: int = 0  # when it last served a request (a counter): the idle slot used longest ago goes first
+
+
+@dataclass
+class Answer:
+    """An answer being generated in a slot: its job, where it stands, and its next token, sampled
+    but not evaluated yet."""
+
+    job: Job
+    slot: Slot
+    rng: np.random.Generator | None
+    prompt_ns: int
+    started: int  # time.perf_counter_ns() of its first token
+    next: int = -1
+    count: int = 0  # tokens given so far
+
+
+def nested_groups(burst: list[Job]) -> list[list[Job]]:
+    """The burst shortest prompt first, with one-token prompts that extend one another chained."""
+    groups: list[list[Job]] = []
+    for job in sorted(burst, key=lambda j: len(j.prompt)):
+        last = groups[-1][-1] if groups else None
+        if (last is not None and job.num_predict == 1 and last.num_predict == 1
+                and job.prompt.startswith(last.prompt)):
+            groups[-1].append(job)
+        else:
+            groups.append([job])
+    return groups
+
+
+
+def idle_slot(slots: list[Slot], prompt: bytes) -> Slot | None:
+    """The idle slot whose cached text the prompt continues furthest (at least half of that text:
+    reusing a slot that shares only a system prompt would throw away another conversation's
+    cache), else the idle slot used longest ago."""
+    idle = [slot for slot in slots if slot.answer is None]
+    if not idle:
+        return None
+    shared = {slot.seq: common_bytes(prompt, slot.cache.text) for slot in idle}
+    matching = [slot for slot in idle if slot.cache.text and 2 * shared[slot.seq] >= len(slot.cache.text)]
+    if matching:
+        return max(matching, key=lambda slot: (shared[slot.seq], -slot.used))
+    return min(idle, key=lambda slot: slot.used)
+
+
+def tokenize_group(slot: Slot, group: list[Job]) -> list[list[Job]]:
+    """Tokenize a nested group against the slot's cache, each prompt as the previous one plus its
+    extra text; a prompt that adds no token starts a group of its own."""
+    groups: list[list[Job]] = []
+    cache = slot.cache
+    for job in group:
+        last = groups[-1][-1] if groups else None
+        try:
+            if last is not None:
+                job.tokens = cache.after(last.tokens, job.prompt, len(last.prompt))
+                job.reuse, job.version, job.walked = last.reuse, last.version, last.walked
+            else:
+                job.tokens, job.reuse = cache.tokenize(job.prompt)
+                job.version, job.walked = cache.version, len(job.tokens)
+        except Exception as error:  # noqa: BLE001 - reported to the client, never raised here
+            job.on_done(EngineError(f"could not tokenize the prompt: {error}", 400))
+            continue
+        if last is not None and len(job.tokens) > len(last.tokens):
+            groups[-1].append(job)
+        else:
+            groups.append([job])
+    return groups
+
