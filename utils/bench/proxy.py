@@ -1,10 +1,10 @@
 """Going through the speculative proxy against going straight to its upstream, as a client sees it.
 
-Each prompt is asked both ways, the order alternating, and the ratio of the client-side tokens per
-second (eval_count over wall time) is taken per pair; the median and quartiles of those ratios are
-printed per category and overall. With `--no-batch` the upstream is an embedded server that serves one
-request at a time (as Ollama with OLLAMA_NUM_PARALLEL=1): speculation cannot pay there, and the
-controller must bring the proxy back to standard speed.
+Each prompt is evaluated once (unmeasured), then asked both ways, the order alternating, and the
+ratio of the client-side tokens per second (eval_count over wall time) is taken per pair; the median
+and quartiles of those ratios are printed per category and overall. With `--no-batch` the upstream
+is an embedded server that serves one request at a time (as Ollama with OLLAMA_NUM_PARALLEL=1):
+speculation cannot pay there, and the controller must bring the proxy back to standard speed.
 
     .venv/bin/python -m utils.bench.proxy [--model smollm2:135m] [--drafter lookup] [--no-batch]
         [--limit 3] [--repeat 2] [--max-tokens 96]
@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import ollama
 
 from utils.embedded.server import EmbeddedServer
@@ -72,12 +74,16 @@ def main(argv: list[str] | None = None) -> int:
             for repeat in range(args.repeat):
                 for index, prompt in enumerate(chosen):
                     order = [direct, through] if (index + repeat) % 2 == 0 else [through, direct]
+                    # The prompt evaluated once beforehand: whichever side goes first would otherwise
+                    # pay for it alone (half a second for a long prompt here, against ~0.7 s of answer).
+                    _tokens_per_second(direct, args.model, prompt["prompt"], 1)
                     speed = {id(c): _tokens_per_second(c, args.model, prompt["prompt"], args.max_tokens)
                              for c in order}
                     ratio = speed[id(through)] / speed[id(direct)] if speed[id(direct)] else float("nan")
                     ratios.setdefault(prompt["category"], []).append(ratio)
                     print(f"  {prompt['id']:12} #{repeat + 1}: direct {speed[id(direct)]:6.1f} tok/s, "
                           f"through the proxy {speed[id(through)]:6.1f} tok/s, ratio {ratio:.2f}", flush=True)
+            counts = httpx.get(f"{url}/metrics").text
         finally:
             stop_process(process, grace=10)
     upstream_kind = "serialising (--no-batch)" if args.no_batch else "batching"
@@ -86,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     everything = [r for values in ratios.values() for r in values]
     for category, values in [*ratios.items(), ("all", everything)]:
         print(f"  {category:10} {statistics.median(values):.2f}x {_quartiles(values)}  n={len(values)}")
+    modes = {mode: int(float(value)) for mode, value in re.findall(r'spec_proxy_requests_total\{endpoint="/api/chat",'
+                                                                r'mode="(\w+)"\} (\S+)', counts)}
+    skipped = re.search(r'spec_proxy_forwarded_total\{endpoint="/api/chat",reason="no_gain"\} (\S+)', counts)
+    print(f"  through the proxy: {modes.get('speculative', 0)} answers speculated, {modes.get('forwarded', 0)} "
+          f"forwarded ({int(float(skipped.group(1))) if skipped else 0} because speculation had not paid lately)")
     return 0
 
 

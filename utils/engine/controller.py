@@ -5,6 +5,10 @@ tokens and a standard token cost on this server. Speculating with K costs D(K) +
 E(K) = 1 + a1 + a1*a2 + ... tokens; standard generation yields one token per S seconds. When no K
 beats 1/S the controller chooses 0, the decoding loop then generates normally and probes again
 now and then, so a server that serialises requests or a draft that keeps missing costs little.
+Where the last SKIP_AFTER probes did not pay, or verifying was measured to cost so much
+that no K could pay even with every draft accepted (a server that evaluates a validator's requests
+one at a time), whole answers go standard (`skips`): one request, nothing in between to slow it.
+One answer in RETRY_ANSWERS speculates anyway, since the server or the prompts may have changed.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ MAX_PROBE_EVERY = 64  # ... doubled after each probe that did not pay, up to thi
 SEGMENT_TOKENS = 16  # a standard segment between two decisions while K = 0 ...
 MAX_SEGMENT_TOKENS = 128  # ... longer while probes keep failing: each segment is a new request
 MARGIN = 1.02  # speculation must beat standard by this factor: noise should not tip it
+SKIP_AFTER = 4  # probes in a row that did not pay, after which whole answers go standard ...
+RETRY_ANSWERS = 8  # ... but for one answer in this many, which speculates anyway
 
 
 def _blend(old: float | None, new: float) -> float:
@@ -37,6 +43,8 @@ class DraftLengthController:
     standard_seconds_per_token: float | None = None
     standard_streak: int = 0
     probe_every: int = PROBE_EVERY
+    failed_probes: int = 0  # rounds in a row that drafted something and did not pay
+    skipped: int = 0  # answers in a row that went standard because speculation could not pay
 
     def __post_init__(self) -> None:
         if not self.acceptance:
@@ -78,6 +86,30 @@ class DraftLengthController:
             return best
         return 0
 
+    def can_pay(self) -> bool:
+        """Whether some draft length measured here beats standard generation if every drafted token
+        is accepted (K + 1 tokens a round); True until a verification has been measured."""
+        if not self.verify_seconds or self.standard_seconds_per_token is None:
+            return True
+        draft = self.draft_seconds_per_token or 0.0
+        best = max((k + 1) / max(seconds + draft * k, 1e-6) for k, seconds in self.verify_seconds.items())
+        return best * self.standard_seconds_per_token > MARGIN
+
+    def skips(self) -> bool:
+        """Whether the next answer should go standard from start to end (then `record_skip`). The
+        answer that retries forgets what verifying cost and probes as often as at first."""
+        if self.fixed_k is not None or (self.can_pay() and self.failed_probes < SKIP_AFTER):
+            return False
+        if self.skipped + 1 < RETRY_ANSWERS:
+            return True
+        # One more probe that does not pay, and answers go standard again.
+        self.skipped, self.probe_every, self.verify_seconds = 0, PROBE_EVERY, {}
+        self.failed_probes = SKIP_AFTER - 1
+        return False
+
+    def record_skip(self) -> None:
+        self.skipped += 1
+
     def segment_tokens(self) -> int:
         """Tokens of the next standard segment. Each one is a new request that re-reads the last
         context token, so segments grow as speculation keeps not paying."""
@@ -101,6 +133,8 @@ class DraftLengthController:
             rate = (accepted + 1) / max(draft_seconds + verify_seconds, 1e-6)
             paid = drafted > 0 and rate * self.standard_seconds_per_token > MARGIN
             self.probe_every = PROBE_EVERY if paid else min(2 * self.probe_every, MAX_PROBE_EVERY)
+            if drafted:  # an empty draft says nothing of the server, and a free drafter's costs nothing
+                self.failed_probes = 0 if paid else self.failed_probes + 1
         if drafted:
             self.draft_seconds_per_token = _blend(self.draft_seconds_per_token, draft_seconds / drafted)
             self.verify_seconds[drafted] = _blend(self.verify_seconds.get(drafted), verify_seconds)
@@ -109,6 +143,10 @@ class DraftLengthController:
         if drafted < k and drafted < len(self.acceptance):
             # The drafter stopped early (p_min): the positions after it would likely fail too.
             self.acceptance[drafted] = _blend(self.acceptance[drafted], 0.0)
+
+    def record_verification(self, k: int, seconds: float) -> None:
+        """What verifying `k` tokens cost, measured apart from a round (nothing was drafted)."""
+        self.verify_seconds[k] = _blend(self.verify_seconds.get(k), seconds)
 
     def record_standard(self, tokens: int, seconds: float) -> None:
         """A standard segment: `seconds` between its first and last token, for `tokens` - 1 steps."""

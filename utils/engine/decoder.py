@@ -23,7 +23,7 @@ from utils.burst import announce
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.config import EngineConfig
 from utils.engine.controller import DraftLengthController, controller_for
-from utils.engine.drafters import Drafter, DraftSetup, build_drafter
+from utils.engine.drafters import Draft, Drafter, DraftSetup, build_drafter
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
 from utils.engine.output import Output
 from utils.engine.request import GenerationRequest
@@ -34,9 +34,13 @@ from utils.sampling import GREEDY, SamplingOptions
 # After an empty draft: a few tokens, then try drafting again; twice as many after each empty draft
 # in a row (each segment is a request of its own), up to the controller's segment length.
 SHORT_SEGMENT_TOKENS = 4
+RECENT_TOKENS = 16  # the last tokens an answer keeps, to measure what verifying costs (_measure_verification)
 # A request speculation cannot answer exactly is generated standard, for this reason.
 FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the server, which speculation does "
                  "not apply: generated standard")
+NO_GAIN_REASON = ("speculation has not paid on this server lately (the drafts were empty or rejected, or "
+                  "verifying them cost as much as generating the tokens): generated standard in one request; "
+                  "one answer in 8 tries speculation again")
 
 
 @dataclass
@@ -57,6 +61,7 @@ class _Answer:
     empty_drafts: int = 0  # empty drafts in a row
     resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
     drafter_saw: int | None = None  # output tokens in the drafter's last context (None: it saw nothing yet)
+    recent: list[str] = field(default_factory=list)  # the texts of the last tokens of standard segments
 
     @property
     def context(self) -> str:
@@ -102,22 +107,41 @@ class SpeculativeDecoder:
 
     # -- the steps -----------------------------------------------------------------------------------
 
+    def _controller(self, request: GenerationRequest) -> tuple[str | None, DraftLengthController]:
+        """The sampling method and the controller of an answer to `request`: one per (server, target,
+        drafter, method), shared by the answers in this process."""
+        drafter = self.drafter if request.format is None else None
+        method = choose_method(request.options, drafter.exact_distribution) if drafter else None
+        key = (self.target.url, self.target_model, drafter and drafter.name, method)
+        return method, controller_for(key, self.config.k_max, request.k)
+
+    def skips_speculation(self, request: GenerationRequest) -> bool:
+        """Whether an answer to `request` goes standard from start to end, since speculation cannot
+        pay on this server (the controller's `skips`); asked once per answer (a skip is counted)."""
+        controller = self._controller(request)[1]
+        if self.drafter is None or request.format is not None or not controller.skips():
+            return False
+        controller.record_skip()
+        return True
+
     async def _start(self, request: GenerationRequest) -> _Answer:
         asked = self.drafter
-        drafter = asked if request.format is None else None
-        method = choose_method(request.options, drafter.exact_distribution) if drafter else None
+        method, controller = self._controller(request)
+        reason = FORMAT_REASON if request.format is not None else None
+        if reason is None and self.skips_speculation(request):
+            reason = NO_GAIN_REASON
+        drafter = asked if reason is None else None
         try:
             prompt = await self.raw_prompt(request)
         except ServerError as error:
             raise GenerationError(error.message, "") from None
-        key = (self.target.url, self.target_model, drafter and drafter.name, method)
         stats = AnswerStats(mode="speculative" if drafter else "standard", target=self.target_model,
-                            drafter=asked.name if asked else None, method=method)
-        if asked is not None and drafter is None:
-            stats.fallbacks.append(Fallback(at_token=0, reason=FORMAT_REASON))
+                            drafter=asked.name if asked else None, method=method if drafter else None)
+        if asked is not None and reason is not None:
+            stats.fallbacks.append(Fallback(at_token=0, reason=reason))
         return _Answer(
             request=request, prompt=prompt, drafter=drafter, method=method,
-            controller=controller_for(key, self.config.k_max, request.k), stats=stats,
+            controller=controller, stats=stats,
             output=Output(request.stop, request.max_tokens), rng=np.random.default_rng(request.options.seed),
         )
 
@@ -159,6 +183,7 @@ class SpeculativeDecoder:
                 if chunk.tokens and first_token_at is None:
                     first_token_at = time.perf_counter()
                 count += len(chunk.tokens)
+                answer.recent = (answer.recent + [token.text for token in chunk.tokens])[-RECENT_TOKENS:]
                 if chunk.text or chunk.tokens:
                     for event in answer.emitted(output.add(chunk.text, "standard", len(chunk.tokens))):
                         yield event
@@ -193,6 +218,8 @@ class SpeculativeDecoder:
             unseen, answer.drafter_saw = answer.output.tokens - seen, answer.output.tokens
             if not draft.pieces:  # nothing to verify: a short standard segment, then draft again
                 controller.record_round(k, 0, 0, drafted_at - round_started, 0.0)
+                if not controller.verify_seconds:
+                    await self._measure_verification(answer, k)
                 answer.short_segment = True
                 answer.empty_drafts += 1
                 return
@@ -219,6 +246,25 @@ class SpeculativeDecoder:
         yield RoundEvent(record, answer.stats)
         if not verdict.pieces and not verdict.ended:
             answer.short_segment, answer.resume_seed = True, verdict.resume_seed
+
+    async def _measure_verification(self, answer: _Answer, k: int) -> None:
+        """What verifying K tokens costs on this server, measured once with the target's own last K
+        tokens as the draft: where drafts keep coming back empty, a server that evaluates a burst's
+        requests one at a time would otherwise never be found out (the controller's `can_pay`).
+        Nothing is emitted from it; a failure only leaves the cost unknown."""
+        pieces = answer.recent[-k:]
+        text = "".join(pieces)
+        if len(pieces) < k or "\ufffd" in text or not answer.context.endswith(text):
+            return
+        started = time.perf_counter()
+        try:
+            await asyncio.wait_for(
+                self.validator.verify(answer.context[: len(answer.context) - len(text)], Draft(pieces), GREEDY,
+                                      "greedy", np.random.default_rng(0)),
+                self.config.verify_timeout)
+        except (TimeoutError, ServerError, OSError):
+            return
+        answer.controller.record_verification(k, time.perf_counter() - started)
 
     def _emit(self, answer: _Answer, verdict: Verdict) -> list[TextEvent]:
         """The verdict's pieces through the output (token limit, stop strings), counted by origin."""

@@ -24,7 +24,7 @@ from utils.api.cors import add_cors
 from utils.api.http import MAX_BODY_BYTES, NDJSON, json_response
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.config import EngineConfig
-from utils.engine.decoder import SpeculativeDecoder, build_decoder
+from utils.engine.decoder import NO_GAIN_REASON, SpeculativeDecoder, build_decoder
 from utils.engine.drafters import Drafter
 from utils.engine.events import GenerationError
 from utils.proxy import answers
@@ -126,6 +126,9 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
         """The answer's Ollama messages, started: a failure before any text is an error Response."""
         try:
             decoder = await drafters.decoder(job.model, job.config)
+            if decoder.skips_speculation(job.request):  # upstream alone is faster: pass the bytes on
+                metrics.observe_forward(client_of(request), endpoint, job.model, "no_gain", NO_GAIN_REASON)
+                return await forward(request, upstream_http, body_bytes, drop)
             stream = answers.events(decoder, job.request)
             first = await anext(stream)  # a failure before any text gets a status, as Ollama's would
         except (ServerError, GenerationError) as error:
