@@ -24,11 +24,15 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
     from utils.api.cors import origins_from_env
     from utils.engine.client import OllamaServer, ServerError
+    from utils.engine.config import K_LIMIT
     from utils.hosts import HostError, target_host
     from utils.proxy.app import ProxyConfig, create_proxy, is_loopback
     from utils.proxy.pairs import PairError, default_pairs, parse_pairs
 
     settings = get_settings()
+    if args.k is not None and args.k > K_LIMIT:
+        print(f"error: --k must be between 0 and {K_LIMIT}", file=sys.stderr)
+        return 2
     if not is_loopback(args.host) and not settings.api_key and not args.insecure:
         print(f"error: listening on {args.host} lets anyone who reaches it run your models: set SPEC_API_KEY "
               "(clients then send 'Authorization: Bearer <key>'), or pass --insecure to allow it without a key",
@@ -49,7 +53,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         return 1
     config = ProxyConfig(upstream=upstream, pairs=pairs, engine=settings.engine,
                          draft_host=args.draft_host or settings.draft_host, api_key=settings.api_key,
-                         origins=origins_from_env())
+                         origins=origins_from_env(), k=args.k)
     port = args.port or settings.proxy_port
     print(f"speculative proxy on http://{args.host}:{port} in front of {upstream}; "
           f"pairs: {', '.join(f'{t}={d}' for t, d in pairs.items()) or 'none'}", file=sys.stderr, flush=True)
@@ -282,6 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--draft-host", default=None, help="the Ollama that runs draft models (default: upstream)")
     proxy.add_argument("--pair", action="append", metavar="TARGET=DRAFTER",
                        help="speculate for TARGET with DRAFTER, a draft model or 'lookup' (repeatable)")
+    proxy.add_argument("--k", type=_non_negative, default=None,
+                       help="a fixed draft length for every speculated answer (default: the controller chooses "
+                            "it, down to forwarding answers where speculation does not pay)")
     proxy.add_argument("--insecure", action="store_true", help="allow a non-loopback address without an API key")
     proxy.set_defaults(run=cmd_proxy)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -58,7 +59,9 @@ def proxy(upstream: str, *args: str, env: dict[str, str] | None = None) -> Itera
 
 @pytest.fixture(scope="module")
 def proxied(server_url) -> Iterator[str]:
-    with proxy(server_url, "--pair", f"{SMALL}=lookup", "--pair", f"{QWEN}={SMALL}") as url:
+    """A fixed draft length: on this CPU the controller finds that verifying costs smollm2 more than
+    the tokens it saves and would forward these answers, and these tests are about speculated ones."""
+    with proxy(server_url, "--pair", f"{SMALL}=lookup", "--pair", f"{QWEN}={SMALL}", "--k", "3") as url:
         yield url
 
 
@@ -191,7 +194,7 @@ def test_forwarded_requests_return_upstream_bytes_and_status(proxied, server_url
 
 
 def test_metrics_add_up_to_the_answers_and_name_forward_reasons(server_url):
-    with proxy(server_url, "--pair", f"{SMALL}=lookup") as url:
+    with proxy(server_url, "--pair", f"{SMALL}=lookup", "--k", "3") as url:  # speculated: see `proxied`
         client = ollama.Client(host=url)
         answers = [raw_answer(url, "/api/generate", {"model": SMALL, "prompt": p, "options": GREEDY}) for p in PROMPTS]
         answers.append(raw_answer(url, "/api/chat", {"model": SMALL, "options": GREEDY,
@@ -244,15 +247,20 @@ def test_client_that_disconnects_leaves_no_work_upstream(tmp_path):
         upstream.stop()
 
 
-def test_serialising_upstream_still_gives_correct_answers(tmp_path):
+def test_serialising_upstream_still_gives_correct_answers_and_is_then_forwarded_to(tmp_path):
+    """Verifying K drafts there costs K+1 standard tokens: once the controller has measured that,
+    the proxy passes answers on unchanged (reason no_gain), but for one in 8 that checks again."""
     upstream = EmbeddedServer(batch=False, log_path=tmp_path / "upstream.log")
     upstream.start()
     try:
         with proxy(upstream.url, "--pair", f"{SMALL}=lookup") as url:
             through, direct = ollama.Client(host=url), ollama.Client(host=upstream.url)
-            for prompt in PROMPTS:
+            for prompt in PROMPTS * 3:
                 assert through.generate(model=SMALL, prompt=prompt, options=GREEDY).response == \
                     direct.generate(model=SMALL, prompt=prompt, options=GREEDY).response
+            metrics = httpx.get(f"{url}/metrics").text
+        forwarded = re.search(r'spec_proxy_forwarded_total\{endpoint="/api/generate",reason="no_gain"\} (\S+)', metrics)
+        assert forwarded and float(forwarded.group(1)) >= len(PROMPTS), metrics
     finally:
         upstream.stop()
 

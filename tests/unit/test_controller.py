@@ -8,7 +8,9 @@ from utils.engine.controller import (
     MAX_PROBE_EVERY,
     MAX_SEGMENT_TOKENS,
     PROBE_EVERY,
+    RETRY_ANSWERS,
     SEGMENT_TOKENS,
+    SKIP_AFTER,
     DraftLengthController,
     controller_for,
 )
@@ -155,3 +157,41 @@ def test_a_draft_after_a_standard_segment_is_charged_its_catch_up_apart() -> Non
     assert controller.catch_up_seconds_per_token == pytest.approx(0.002)
     assert controller.draft_seconds_per_token == pytest.approx(0.005)  # unchanged by the prefill
     assert controller.probe_every == PROBE_EVERY  # 5 tokens in 80 ms beat 50 ms a token: it paid
+
+
+def test_a_server_that_verifies_one_request_at_a_time_is_skipped_with_a_retry_now_and_then() -> None:
+    """Verifying K drafts there costs K+1 standard tokens and more: no K pays even if all are accepted,
+    so whole answers go standard, except one in RETRY_ANSWERS, which forgets and measures again."""
+    controller = measured()
+    assert controller.can_pay() and not controller.skips()  # nothing measured yet
+    controller.record_verification(4, 5.5 * STANDARD)  # 5 requests one after another, plus HTTP
+    assert not controller.can_pay()
+    decisions = []
+    for _ in range(2 * RETRY_ANSWERS):
+        skip = controller.skips()
+        decisions.append(skip)
+        if skip:
+            controller.record_skip()
+        elif not controller.verify_seconds:  # the retry measures again, and finds the same
+            assert controller.can_pay()
+            controller.record_verification(4, 5.5 * STANDARD)
+    assert decisions == ([True] * (RETRY_ANSWERS - 1) + [False]) * 2
+
+
+def test_a_batching_server_is_never_skipped() -> None:
+    controller = measured()
+    controller.record_verification(4, 1.3 * STANDARD)  # five rows in one decode
+    assert controller.can_pay() and not controller.skips()
+
+
+def test_probes_that_draft_and_do_not_pay_lead_to_skipping_and_empty_drafts_do_not() -> None:
+    controller = measured()
+    for _ in range(2 * SKIP_AFTER):
+        controller.record_round(4, 0, 0, 0.0, 0.0)  # lookup found nothing: says nothing of the server
+    assert not controller.skips()
+    for _ in range(SKIP_AFTER):  # drafted, mostly rejected, verification cheap enough to pay if accepted
+        controller.record_round(4, 4, 0, 0.0, 2 * STANDARD)
+    assert controller.can_pay() and controller.skips()
+    controller.record_skip()
+    controller.record_round(4, 4, 4, 0.0, 2 * STANDARD)  # one that pays
+    assert not controller.skips()

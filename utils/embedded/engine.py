@@ -222,7 +222,12 @@ class ModelRunner:
                   f"ms in the queue, {(time.perf_counter_ns() - taken) / 1e6:.2f} ms for the burst", file=sys.stderr)
 
     def _start_pending(self) -> None:
-        """Start the waiting groups, first come first served, while a slot is idle."""
+        """Start the waiting groups, first come first served, while a slot is idle. Answers whose
+        client has left end first: their slot holds the context that the next request (the
+        speculative decoder's burst after it closed a standard segment) most likely continues."""
+        for slot in self.slots:
+            if slot.answer is not None and slot.answer.job.cancelled.is_set():
+                self._finish(slot.answer, "cancelled")
         while self.pending:
             slot = idle_slot(self.slots, self.pending[0][0].prompt)
             if slot is None:

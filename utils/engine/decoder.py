@@ -135,8 +135,9 @@ class SpeculativeDecoder:
             prompt = await self.raw_prompt(request)
         except ServerError as error:
             raise GenerationError(error.message, "") from None
-        stats = AnswerStats(mode="speculative" if drafter else "standard", target=self.target_model,
-                            drafter=asked.name if asked else None, method=method if drafter else None)
+        # An answer the controller keeps standard is still a speculative answer that drafted nothing.
+        stats = AnswerStats(mode="speculative" if method else "standard", target=self.target_model,
+                            drafter=asked.name if asked else None, method=method)
         if asked is not None and reason is not None:
             stats.fallbacks.append(Fallback(at_token=0, reason=reason))
         return _Answer(

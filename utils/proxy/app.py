@@ -43,6 +43,7 @@ class ProxyConfig:
     draft_host: str | None = None  # where draft models run, if not upstream
     api_key: str | None = None  # required as a bearer token on every request when set
     origins: list[str] = field(default_factory=list)  # allowed CORS origins beyond Ollama's defaults
+    k: int | None = None  # a fixed draft length for every speculated answer; None: the controller's choice
 
 
 class _Drafters:
@@ -115,7 +116,7 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
             body: Any = json.loads(body_bytes)
         except ValueError:
             body = None
-        decision = plan(body, chat, config.pairs, config.engine)
+        decision = plan(body, chat, config.pairs, config.engine, config.k)
         if isinstance(decision, Forward):
             model = body.get("model", "") if isinstance(body, dict) else ""
             metrics.observe_forward(client_of(request), endpoint, str(model), decision.code, decision.reason)
@@ -197,7 +198,7 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
         except (ValueError, openai.OpenAIError) as error:  # upstream's own layer answers these its way
             metrics.observe_forward(client_of(request), endpoint, "", "invalid", str(error))
             return await forward(request, upstream_http, body_bytes, drop)
-        decision = plan(translated, chat, config.pairs, config.engine)
+        decision = plan(translated, chat, config.pairs, config.engine, config.k)
         if isinstance(decision, Forward):
             metrics.observe_forward(client_of(request), endpoint, translated["model"], decision.code, decision.reason)
             return await forward(request, upstream_http, body_bytes, drop)

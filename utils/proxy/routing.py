@@ -43,8 +43,9 @@ class Forward:
     reason: str
 
 
-def plan(body: Any, chat: bool, pairs: dict[str, str], config: EngineConfig) -> Speculation | Forward:
-    """How to serve one /api/generate (chat=False) or /api/chat body."""
+def plan(body: Any, chat: bool, pairs: dict[str, str], config: EngineConfig,
+         k: int | None = None) -> Speculation | Forward:
+    """How to serve one /api/generate (chat=False) or /api/chat body; `k`: a fixed draft length."""
     if not isinstance(body, dict):
         return Forward("invalid", "the body is not a JSON object")
     model = body.get("model")
@@ -82,13 +83,13 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], config: EngineConfig) -> 
             return Forward("load", "a chat without messages loads the model: upstream does that")
         request = GenerationRequest(messages=[{"role": m.role, "content": m.content} for m in parsed.messages],
                                     options=sampling, max_tokens=parsed.options.num_predict,
-                                    stop=parsed.options.stops())
+                                    stop=parsed.options.stops(), k=k)
     else:
         if not parsed.prompt:
             return Forward("load", "an empty prompt loads the model: upstream does that")
         request = GenerationRequest(prompt=parsed.prompt, raw=parsed.raw, system=parsed.system,
                                     options=sampling, max_tokens=parsed.options.num_predict,
-                                    stop=parsed.options.stops())
+                                    stop=parsed.options.stops(), k=k)
     if parsed.options.num_ctx:
         config = config.model_copy(update={"num_ctx": parsed.options.num_ctx})
     return Speculation(model, request, config, parsed.stream, body.get("keep_alive"))
