@@ -31,16 +31,20 @@ st.header("Pair advisor")
 if server is None or choices is None:
     st.info("The advisor needs a server with models: see the sidebar.")
     st.stop()
-st.caption("Measures standard generation of the target and each candidate draft on a few short prompts "
-           "(greedy), then recommends the fastest draft that beats standard generation, or none.")
+st.caption("Answers a few short prompts (greedy) with standard generation and with each candidate draft in "
+           "turn, every prompt by all of them one after another, a few times over; then recommends the draft with "
+           "the best median speed-up if it drafted and was faster in three runs out of four, else none.")
 target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="advisor_target")
 candidates = [*model_free_drafters()] + [model for model in server.models if model != target]
 drafters = st.multiselect("Candidate drafts", candidates, default=candidates, key="advisor_drafters")
 prompt_count = st.slider("Prompts", 1, len(ADVISOR_PROMPTS), len(ADVISOR_PROMPTS), key="advisor_prompts")
 max_tokens = st.number_input("Tokens per answer", 8, 256, ADVISOR_MAX_TOKENS, key="advisor_tokens")
+repeats = st.number_input("Repeats", 1, 5, 2, key="advisor_repeats",
+                          help="Passes over the prompts: two or more show the spread, which tells a real "
+                               "difference from this machine's noise")
 if st.button("Measure and recommend", type="primary", disabled=not drafters):
     st.session_state.advice = run_advisor(settings, server.url, target, drafters,
-                                             ADVISOR_PROMPTS[:prompt_count], int(max_tokens))
+                                             ADVISOR_PROMPTS[:prompt_count], int(max_tokens), int(repeats))
 if advice := st.session_state.get("advice"):
     st.dataframe(advice_table(advice), hide_index=True)
     if advice.recommended == "none":

@@ -307,6 +307,8 @@ def test_models_pair_advisor_measures_and_recommends(data_dir):
     assert (table["tokens/s"] > 0).all()
     assert bool(table["same text as standard"].iloc[1]), "greedy speculation must not change the text"
     advice = at.session_state.advice
+    assert len(advice.candidates[0].ratios) == 2  # one prompt, two interleaved passes
+    assert table["speed-up (median)"].iloc[1].startswith("×") and "×" in table["spread (25–75%)"].iloc[1]
     verdict = (at.success or at.info)[0].value
     assert verdict.startswith(f"Recommendation for {SMALL}")
     if advice.recommended == "none":
@@ -481,6 +483,20 @@ def test_compare_shows_the_median_and_spread_of_its_pairs_and_says_within_noise(
     assert at.metric[-1].value == "×1.20"  # the median of ×1.30, ×0.90, ×1.20
     assert ("Speed-up over 3 pairs, each side first as often as second: median ×1.20, range ×0.90 – ×1.30 — within "
             "noise" in " ".join(c.value for c in at.caption))
+
+
+def test_advisor_recommends_only_a_draft_faster_beyond_noise():
+    from utils.bench.advisor import Measurement, _recommend
+
+    standard = Measurement("none", "standard", tokens_per_second=20.0)
+    lucky = Measurement("lookup", "lookup", tokens_per_second=22.0, drafted_tokens=30, ratios=[0.95, 1.3, 1.1, 0.9])
+    recommended, reason = _recommend(standard, [lucky])
+    assert recommended == "none" and "within noise (×0.94 – ×1.15 over 4 runs)" in reason
+    steady = Measurement("lookup", "lookup", tokens_per_second=26.0, drafted_tokens=30, ratios=[1.2, 1.3, 1.25, 1.4])
+    recommended, reason = _recommend(standard, [lucky, steady])
+    assert recommended == "lookup" and "median ×1.27" in reason
+    idle = Measurement("lookup", "lookup", tokens_per_second=30.0, ratios=[1.5, 1.5])  # drafted nothing
+    assert _recommend(standard, [idle])[0] == "none"
 
 
 def test_advisor_never_recommends_a_draft_that_drafted_nothing():

@@ -72,7 +72,7 @@ def install_models(settings: Settings, names: list[str]) -> None:
 
 
 def run_advisor(settings: Settings, url: str, target: str, drafters: list[str], prompts: tuple[str, ...],
-                max_tokens: int):
+                max_tokens: int, repeats: int = 2):
     """The pair advisor, with a progress bar."""
     from utils.bench.advisor import advise
 
@@ -81,10 +81,10 @@ def run_advisor(settings: Settings, url: str, target: str, drafters: list[str], 
     calls = ScriptCalls()  # the advisor reports from the engine's loop; the bar is drawn from the script
 
     def progress(done: int, total: int, label: str) -> None:
-        bar.progress(done / total if total else 1.0, text=f"Measuring {label} ({done}/{total})")
+        bar.progress(done / total if total else 1.0, text=f"Measuring: {label} ({done} of {total} answers)")
 
     advice = run(lambda: advise(settings, client, target, drafters, prompts=prompts, max_tokens=max_tokens,
-                                progress=calls.wrap(progress)), calls)
+                                repeats=repeats, progress=calls.wrap(progress)), calls)
     return honest_advice(advice)
 
 
@@ -121,6 +121,10 @@ def advice_table(advice) -> list[dict[str, Any]]:
             "drafter": measured.drafter,
             "kind": relation_label(measured.relation),
             "tokens/s": round(measured.tokens_per_second, 1) if not measured.error else None,
+            "speed-up (median)": None if measured.speedup is None else f"×{measured.speedup:.2f}",
+            "spread (25–75%)": (None if measured.spread is None
+                                else f"×{measured.spread[0]:.2f} – ×{measured.spread[1]:.2f}"
+                                + ("" if measured.beyond_noise else ", within noise")),
             "acceptance": None if measured.acceptance_rate is None else round(measured.acceptance_rate, 2),
             "tokens per verification": (None if measured.mean_acceptance_length is None
                                         else round(measured.mean_acceptance_length, 2)),

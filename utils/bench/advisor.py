@@ -17,7 +17,7 @@ from config import Settings
 from utils.burst import announce
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer, ServerError
-from utils.engine.decoder import build_decoder
+from utils.engine.decoder import SpeculativeDecoder, build_decoder
 from utils.engine.drafters import NONE, drafter_class
 from utils.engine.events import GenerationError
 from utils.engine.request import GenerationRequest
@@ -46,6 +46,26 @@ class Measurement:
     mean_acceptance_length: float | None = None
     identical: bool | None = None  # every text equal to standard greedy's (it should be)
     error: str | None = None
+    # Speed over standard generation's, one ratio per prompt and repeat, each against the standard
+    # answer to the same prompt measured next to it.
+    ratios: list[float] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float | None:
+        return statistics.median(self.ratios) if self.ratios else None
+
+    @property
+    def spread(self) -> tuple[float, float] | None:
+        """The 25th and 75th percentiles of the ratios (None for fewer than two)."""
+        if len(self.ratios) < 2:
+            return None
+        quartiles = statistics.quantiles(self.ratios, n=4, method="inclusive")
+        return quartiles[0], quartiles[2]
+
+    @property
+    def beyond_noise(self) -> bool:
+        """Faster in at least three quarters of the runs: the median is not a lucky draw."""
+        return self.spread is not None and self.spread[0] > 1.0
 
 
 @dataclass
@@ -55,80 +75,114 @@ class Advice:
     candidates: list[Measurement] = field(default_factory=list)
     recommended: str = NONE
     reason: str = ""
+    repeats: int = 1
 
 
-async def measure(settings: Settings, server: OllamaServer, target: str, drafter: str,
-                  prompts: tuple[str, ...], max_tokens: int) -> tuple[Measurement, list[str]]:
-    """Tokens/s and acceptance of one (target, drafter) pair over `prompts`, greedy, after a warm-up."""
-    result = Measurement(drafter)
+@dataclass
+class _Contender:
+    measurement: Measurement
+    decoder: SpeculativeDecoder
+    answers: list[AnswerStats] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)  # of the first repeat
+
+
+async def _contender(settings: Settings, server: OllamaServer, target: str, drafter: str,
+                     warm_up: str) -> _Contender:
+    """A decoder for (target, drafter), warmed up: loading a model is not generation time."""
+    decoder = await build_decoder(settings.engine, server, target, drafter)
+    await collect(decoder, GenerationRequest(prompt=warm_up, max_tokens=4))
+    return _Contender(Measurement(drafter), decoder)
+
+
+async def advise(settings: Settings, server: OllamaServer, target: str, drafters: list[str], *,
+                 prompts: tuple[str, ...] = ADVISOR_PROMPTS, max_tokens: int = ADVISOR_MAX_TOKENS,
+                 repeats: int = 2, progress: Progress | None = None) -> Advice:
+    """Measure standard generation and each drafter, interleaved: every prompt is answered by all of
+    them in turn (the order reversed on every other pass, so none is always first), `repeats` times.
+    Recommend the draft with the best median speed-up if it drafted and was faster beyond noise."""
+    report = progress or (lambda done, total, label: None)
+    report(0, 1, f"loading {target}")
     try:
-        decoder = await build_decoder(settings.engine, server, target, drafter)
-        # Warm-up: loads the models, so that loading is not counted as generation time.
-        await collect(decoder, GenerationRequest(prompt=prompts[0], max_tokens=4))
-        texts, answers = [], []
-        for prompt in prompts:
-            answer = await collect(decoder, GenerationRequest(prompt=prompt, max_tokens=max_tokens))
-            texts.append(answer["text"])
-            answers.append(AnswerStats.model_validate(answer["stats"]))
+        standard = await _contender(settings, server, target, NONE, prompts[0])
     except (ServerError, GenerationError) as error:
-        result.error = error.message
-        return result, []
-    total = merge(answers)
+        return Advice(target, Measurement(NONE, "standard", error=error.message),
+                      reason=f"standard generation failed: {error.message}")
+    standard.measurement.relation = "standard"
+    advice = Advice(target, standard.measurement, repeats=repeats)
+    contenders = [standard]
+    for drafter in drafters:
+        measurement = Measurement(drafter)
+        try:
+            kind = drafter_class(drafter).kind
+            measurement.relation = kind or await tokenizer_relation(server, target, server, drafter)
+            if measurement.relation == "unusable":
+                measurement.error = f"{drafter} cannot draft for {target}"
+            else:
+                contender = await _contender(settings, server, target, drafter, prompts[0])
+                contender.measurement.relation = measurement.relation
+                measurement = contender.measurement
+                contenders.append(contender)
+        except (ServerError, GenerationError) as error:
+            measurement.error = error.message
+        advice.candidates.append(measurement)
+    total, done = repeats * len(prompts) * len(contenders), 0
+    for repeat in range(repeats):
+        for index, prompt in enumerate(prompts):
+            order = contenders if (repeat + index) % 2 == 0 else contenders[::-1]
+            speeds: dict[str, float] = {}
+            for contender in order:
+                report(done, total, f"pass {repeat + 1} of {repeats}, prompt {index + 1} of {len(prompts)}: "
+                                    f"{contender.measurement.drafter}")
+                done += 1
+                try:
+                    answer = await collect(contender.decoder, GenerationRequest(prompt=prompt, max_tokens=max_tokens))
+                except (ServerError, GenerationError) as error:
+                    contender.measurement.error = error.message
+                    continue
+                stats = AnswerStats.model_validate(answer["stats"])
+                contender.answers.append(stats)
+                speeds[contender.measurement.drafter] = stats.tokens_per_second
+                if repeat == 0:
+                    contender.texts.append(answer["text"])
+            for contender in contenders[1:]:
+                mine, base = speeds.get(contender.measurement.drafter), speeds.get(NONE)
+                if mine and base:
+                    contender.measurement.ratios.append(mine / base)
+    report(total, total, "done")
+    for contender in contenders:
+        _summarise(contender, standard.texts)
+    advice.recommended, advice.reason = _recommend(advice.standard, advice.candidates)
+    return advice
+
+
+def _summarise(contender: _Contender, standard_texts: list[str]) -> None:
+    result = contender.measurement
+    if result.error or not contender.answers:
+        return
+    total = merge(contender.answers)
     result.output_tokens, result.tokens_per_second = total.output_tokens, total.tokens_per_second
     result.drafted_tokens = total.drafted_tokens
     if total.drafted_tokens:
         result.acceptance_rate = total.acceptance_rate
         result.mean_acceptance_length = total.mean_acceptance_length
-    return result, texts
-
-
-async def advise(settings: Settings, server: OllamaServer, target: str, drafters: list[str], *,
-                 prompts: tuple[str, ...] = ADVISOR_PROMPTS, max_tokens: int = ADVISOR_MAX_TOKENS,
-                 progress: Progress | None = None) -> Advice:
-    """Measure standard generation and each drafter; recommend the fastest drafter that beats
-    standard, else "none"."""
-    total = len(drafters) + 1
-    report = progress or (lambda done, total, label: None)
-    report(0, total, f"standard generation of {target}")
-    standard, standard_texts = await measure(settings, server, target, NONE, prompts, max_tokens)
-    standard.relation = "standard"
-    if standard.error:
-        return Advice(target, standard, reason=f"standard generation failed: {standard.error}")
-    advice = Advice(target, standard)
-    for done, drafter in enumerate(drafters, start=1):
-        report(done, total, f"drafting with {drafter}")
-        kind = drafter_class(drafter).kind
-        relation = kind or ""
-        if kind is None:  # a draft model: does it share the target's tokenizer?
-            try:
-                relation = await tokenizer_relation(server, target, server, drafter)
-            except ServerError as error:
-                advice.candidates.append(Measurement(drafter, "unusable", error=error.message))
-                continue
-        if relation == "unusable":
-            advice.candidates.append(Measurement(drafter, relation, error=f"{drafter} cannot draft for {target}"))
-            continue
-        candidate, texts = await measure(settings, server, target, drafter, prompts, max_tokens)
-        candidate.relation = relation
-        if not candidate.error:
-            candidate.identical = texts == standard_texts
-        advice.candidates.append(candidate)
-    report(total, total, "done")
-    advice.recommended, advice.reason = _recommend(standard, advice.candidates)
-    return advice
+    if result.relation != "standard":
+        result.identical = contender.texts == standard_texts
 
 
 def _recommend(standard: Measurement, candidates: list[Measurement]) -> tuple[str, str]:
     # A candidate that drafted nothing ran standard generation: its speed says nothing about drafting.
-    faster = [c for c in candidates
-              if not c.error and c.drafted_tokens and c.tokens_per_second > standard.tokens_per_second]
+    faster = [c for c in candidates if not c.error and c.drafted_tokens and (c.speedup or 0) > 1.0]
     if not faster:
         return NONE, (f"no draft beat standard generation ({standard.tokens_per_second:.1f} tokens/s) on these "
                       "prompts: keep speculation off for this target")
-    best = max(faster, key=lambda c: c.tokens_per_second)
-    return best.drafter, (f"{best.drafter}: {best.tokens_per_second:.1f} tokens/s against "
-                          f"{standard.tokens_per_second:.1f} standard "
-                          f"(×{best.tokens_per_second / standard.tokens_per_second:.2f})")
+    best = max(faster, key=lambda c: c.speedup or 0)
+    summary = (f"{best.drafter}: median ×{best.speedup:.2f} of standard generation's speed "
+               f"({best.tokens_per_second:.1f} against {standard.tokens_per_second:.1f} tokens/s)")
+    if not best.beyond_noise:
+        spread = f"×{best.spread[0]:.2f} – ×{best.spread[1]:.2f}" if best.spread else "one run only"
+        return NONE, (f"{summary}, but within noise ({spread} over {len(best.ratios)} runs): keep speculation "
+                      "off for this target, or measure with more prompts or repeats")
+    return best.drafter, f"{summary}, ×{best.spread[0]:.2f} – ×{best.spread[1]:.2f} over {len(best.ratios)} runs"
 
 
 # -- does the server run verification requests in parallel? ---------------------------------------
