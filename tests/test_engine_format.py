@@ -39,6 +39,9 @@ async def test_format_is_generated_standard_with_the_reason_in_the_statistics(se
     stats = done.stats
     assert (stats.mode, stats.drafter, stats.drafts) == ("standard", "lookup", 0)
     assert [f.reason for f in stats.fallbacks] == [FORMAT_REASON]
-    # Without format the same decoder speculates as before.
-    assert plain[-1].stats.mode == "speculative" and not plain[-1].stats.fallbacks
-    assert not any(isinstance(e, FallbackEvent) for e in plain)
+    # Without format the same decoder speculates as before (or the controller, which this process
+    # shares with earlier tests, keeps the answer standard because speculation has not paid: its
+    # own reason, not format's).
+    assert plain[-1].stats.mode == "speculative"
+    assert FORMAT_REASON not in [f.reason for f in plain[-1].stats.fallbacks]
+    assert not any(isinstance(e, FallbackEvent) and e.reason == FORMAT_REASON for e in plain)

@@ -222,16 +222,11 @@ class ModelRunner:
                   f"ms in the queue, {(time.perf_counter_ns() - taken) / 1e6:.2f} ms for the burst", file=sys.stderr)
 
     def _start_pending(self) -> None:
-        """Start the waiting groups, first come first served, while a slot is idle. Answers whose
-        client has left end first: their slot holds the context that the next request (the
-        speculative decoder's burst after it closed a standard segment) most likely continues."""
-        for slot in self.slots:
-            if slot.answer is not None and slot.answer.job.cancelled.is_set():
-                self._finish(slot.answer, "cancelled")
-        while self.pending:
-            slot = idle_slot(self.slots, self.pending[0][0].prompt)
-            if slot is None:
-                return
+        """Start the waiting groups, first come first served, while a slot is idle. Abandoned answers
+        end first: their slot holds what the next request (a burst after a closed segment) continues."""
+        for answer in [s.answer for s in self.slots if s.answer is not None and s.answer.job.cancelled.is_set()]:
+            self._finish(answer, "cancelled")
+        while self.pending and (slot := idle_slot(self.slots, self.pending[0][0].prompt)) is not None:
             group = self.pending.popleft()
             self.uses += 1
             slot.used = self.uses
