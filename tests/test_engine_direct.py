@@ -194,3 +194,26 @@ def test_answers_in_progress_advance_together_each_as_it_would_alone():
         assert runner.decodes - before < one_by_one * 3 // 4
     finally:
         runner.close()
+
+
+def test_a_failure_between_tokens_ends_the_answers_with_an_error_and_the_worker_goes_on():
+    """A llama.cpp failure while answers are in progress is each answer's error, not the worker's end."""
+    from utils.embedded.engine import ModelRunner
+    from utils.embedded.jobs import EngineError
+
+    runner = ModelRunner(MODEL, ModelStore(get_settings().models_dir).path(MODEL), 1024, threads=2)
+    try:
+        working = runner._decode_across
+
+        def fail_once(items):
+            runner._decode_across = working
+            raise RuntimeError("decode failed")
+
+        runner._decode_across = fail_once
+        [(made, failed)] = run_jobs(runner, [PROMPTS[1].encode()], NUM_PREDICT, together=False)
+        assert isinstance(failed, EngineError) and failed.status == 500 and "decode failed" in str(failed)
+        assert len(made) == 1  # the first token came from the prompt's own evaluation
+        [(made, done)] = run_jobs(runner, [PROMPTS[1].encode()], NUM_PREDICT, together=False)
+        assert not isinstance(done, EngineError) and len(made) == NUM_PREDICT
+    finally:
+        runner.close()

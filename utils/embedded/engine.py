@@ -19,9 +19,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from pathlib import Path
 
 # On a CUDA build, loading llama.cpp's libraries after numpy's made every model load segfault (seen
@@ -36,6 +34,7 @@ from utils.embedded.bursts import gather
 from utils.embedded.cache import TokenCache, common_prefix
 from utils.embedded.context import fit_groups
 from utils.embedded.jobs import Completion, EngineError, Job, TokenInfo
+from utils.embedded.llama_params import llama_defaults, token_piece
 from utils.embedded.slots import Answer, Slot, idle_slot, nested_groups, tokenize_group
 from utils.sampling import best_tokens, log_sum_exp, sample
 
@@ -47,46 +46,6 @@ TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was
 # spinning between steps: the target decoded about 15% slower once a draft model was loaded beside
 # it. Every model's evaluations run on this one thread instead, so there is one team in all.
 _COMPUTE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
-
-
-@contextmanager
-def _defaults(function: str, **fields: object) -> Iterator[None]:
-    """Set llama.cpp parameter fields that llama-cpp-python's Llama() has no argument for.
-
-    Llama() starts from llama_model_default_params() and llama_context_default_params(); for the
-    duration, `function` returns its defaults with `fields` changed. Models load one at a time (the
-    server's model lock), so this is safe.
-    """
-    import llama_cpp.llama as llama_module
-
-    original = getattr(llama_module.llama_cpp, function)
-
-    def defaults():
-        params = original()
-        for name, value in fields.items():
-            setattr(params, name, value)
-        return params
-
-    setattr(llama_module.llama_cpp, function, defaults)
-    try:
-        yield
-    finally:
-        setattr(llama_module.llama_cpp, function, original)
-
-
-def _piece(vocab: object, token: int) -> bytes:
-    """A token's bytes. Special tokens keep their text (<|im_start|>): raw prompts contain them and
-    Ollama shows them. (llama-cpp-python's detokenize cuts pieces over 32 bytes, such as long runs of
-    spaces in code, to nothing.)"""
-    import ctypes
-
-    size = 64
-    while True:
-        buffer = ctypes.create_string_buffer(size)
-        length = llama_cpp.llama_token_to_piece(vocab, token, buffer, size, 0, True)
-        if length >= 0:
-            return buffer.raw[:length]
-        size = -length  # too small: the length it needs
 
 
 class ModelRunner:
@@ -104,8 +63,8 @@ class ModelRunner:
         # alone, so a verified token could differ from the standard one at a near tie. Without them
         # (and without llamafile kernels, see scripts/install.sh) every row is computed the same way.
         # Each slot's sequence gets a whole `num_ctx` of its own (kv_unified off).
-        with _defaults("llama_model_default_params", use_extra_bufts=fast_batches), \
-                _defaults("llama_context_default_params", n_seq_max=parallel, kv_unified=False):
+        with llama_defaults("llama_model_default_params", use_extra_bufts=fast_batches), \
+                llama_defaults("llama_context_default_params", n_seq_max=parallel, kv_unified=False):
             self.llama = Llama(
                 model_path=str(path), n_ctx=num_ctx * parallel, n_batch=512, n_threads=threads,
                 n_threads_batch=threads, logits_all=False, verbose=False, n_gpu_layers=self.gpu_layers,
@@ -113,7 +72,7 @@ class ModelRunner:
         model = self.llama._model
         self.vocab_size = self.llama.n_vocab()
         vocab = llama_cpp.llama_model_get_vocab(model.model)
-        self.pieces = [_piece(vocab, t) for t in range(self.vocab_size)]
+        self.pieces = [token_piece(vocab, t) for t in range(self.vocab_size)]
         self.end_tokens = {t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, t)}
         tokenize = lambda text, add_bos: self.llama.tokenize(text, add_bos=add_bos, special=True)  # noqa: E731
         adds_bos, bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab)), int(llama_cpp.llama_vocab_bos(vocab))
@@ -164,9 +123,14 @@ class ModelRunner:
         return dict(self.llama.metadata)
 
     @property
+    def answers(self) -> list[Answer]:
+        """The answers in progress, one per busy slot."""
+        return [slot.answer for slot in self.slots if slot.answer is not None]
+
+    @property
     def answering(self) -> bool:
         """An answer is in progress or a request waits for the worker."""
-        return any(slot.answer for slot in self.slots) or bool(self.pending) or not self.jobs.empty()
+        return bool(self.answers or self.pending) or not self.jobs.empty()
 
     def vocabulary(self) -> list[str]:
         """Token strings as the GGUF file writes them (what Ollama's verbose /api/show lists)."""
@@ -182,9 +146,8 @@ class ModelRunner:
 
     def close(self) -> None:
         """Stop the answers in progress, let the worker finish, then free the model (never before)."""
-        for slot in self.slots:
-            if slot.answer is not None:
-                slot.answer.job.cancelled.set()
+        for answer in self.answers:
+            answer.job.cancelled.set()
         self.jobs.put(None)
         self.thread.join()
         self.llama.close()
@@ -196,11 +159,11 @@ class ModelRunner:
         in turn, so that a request never waits for another's whole answer."""
         while True:
             try:  # while answers are in progress, only what is already here
-                job = self.jobs.get_nowait() if any(slot.answer for slot in self.slots) else self.jobs.get()
+                job = self.jobs.get_nowait() if self.answers else self.jobs.get()
             except queue.Empty:
                 job = False
             if job is None:  # close(): the answers in progress were cancelled; what waits is served
-                while self.pending or any(slot.answer for slot in self.slots):
+                while self.pending or self.answers:
                     self._start_pending()
                     self._step()
                 return
@@ -224,8 +187,7 @@ class ModelRunner:
     def _start_pending(self) -> None:
         """Start the waiting groups, first come first served, while a slot is idle. Abandoned answers
         end first: their slot holds what the next request (a burst after a closed segment) continues."""
-        for answer in [s.answer for s in self.slots if s.answer is not None and s.answer.job.cancelled.is_set()]:
-            self._finish(answer, "cancelled")
+        self._end_abandoned()
         while self.pending and (slot := idle_slot(self.slots, self.pending[0][0].prompt)) is not None:
             group = self.pending.popleft()
             self.uses += 1
@@ -287,25 +249,15 @@ class ModelRunner:
 
     def _decode(self, slot: Slot, tokens: list[int], rows: bool, copy: bool = True) -> np.ndarray:
         """Evaluate `tokens` after the slot's cache; with `rows`, return the logits of each (else of none)."""
-        ctx = self.llama._ctx
         size = self.exact_rows if rows else self.llama.n_batch
         outputs = []
         for start in range(0, len(tokens), size):
             chunk = tokens[start : start + size]
             count, past = len(chunk), len(slot.cache.tokens)
-            self._batch_tokens[:count] = chunk
-            self._batch_positions[:count] = np.arange(past, past + count, dtype=np.int32)
-            self._set_seqs([slot.seq] * count)
-            self._batch_logits[:count] = rows
-            self._batch_logits[count - 1] = 1  # llama.cpp always gives the last token's logits
-            self.llama._batch.batch.n_tokens = count
-            _COMPUTE.submit(ctx.decode, self.llama._batch).result()
-            self.decodes += 1
+            chunk_rows = self._run_batch(chunk, np.arange(past, past + count, dtype=np.int32), [slot.seq] * count, rows)
             slot.cache.extend(chunk)
             if rows:
-                flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(count * self.vocab_size,))
                 last = start + size >= len(tokens)  # the next decode would overwrite a view
-                chunk_rows = flat.reshape(count, self.vocab_size)
                 outputs.append(chunk_rows if last else chunk_rows.copy())
         if not outputs:
             return np.empty((0, self.vocab_size), dtype=np.float32)
@@ -318,23 +270,33 @@ class ModelRunner:
         at most `exact_rows`: each row is then computed as it is alone); the logits of each."""
         if len(items) == 1:
             return self._decode(items[0][0], [items[0][1]], rows=True, copy=False)
-        ctx = self.llama._ctx
         outputs = []
         for start in range(0, len(items), self.exact_rows):
             chunk = items[start : start + self.exact_rows]
-            count = len(chunk)
-            self._batch_tokens[:count] = [token for _, token in chunk]
-            self._batch_positions[:count] = [len(slot.cache.tokens) for slot, _ in chunk]
-            self._set_seqs([slot.seq for slot, _ in chunk])
-            self._batch_logits[:count] = 1
-            self.llama._batch.batch.n_tokens = count
-            _COMPUTE.submit(ctx.decode, self.llama._batch).result()
-            self.decodes += 1
+            chunk_rows = self._run_batch([token for _, token in chunk], [len(slot.cache.tokens) for slot, _ in chunk],
+                                         [slot.seq for slot, _ in chunk], rows=True)
             for slot, token in chunk:
                 slot.cache.extend([token])
-            flat = np.ctypeslib.as_array(ctx.get_logits(), shape=(count * self.vocab_size,))
-            outputs.append(flat.reshape(count, self.vocab_size).copy())
+            outputs.append(chunk_rows.copy())
         return np.concatenate(outputs)
+
+    def _run_batch(self, tokens: list[int], positions: np.ndarray | list[int], seqs: list[int],
+                   rows: bool) -> np.ndarray:
+        """One llama_decode of batch row i = (tokens[i] at positions[i] in sequence seqs[i]); with
+        `rows`, every row's logits (a view of llama.cpp's buffer, valid until the next decode)."""
+        count = len(tokens)
+        self._batch_tokens[:count] = tokens
+        self._batch_positions[:count] = positions
+        self._set_seqs(seqs)
+        self._batch_logits[:count] = rows
+        self._batch_logits[count - 1] = 1  # llama.cpp always gives the last token's logits
+        self.llama._batch.batch.n_tokens = count
+        _COMPUTE.submit(self.llama._ctx.decode, self.llama._batch).result()
+        self.decodes += 1
+        if not rows:
+            return np.empty((0, self.vocab_size), dtype=np.float32)
+        flat = np.ctypeslib.as_array(self.llama._ctx.get_logits(), shape=(count * self.vocab_size,))
+        return flat.reshape(count, self.vocab_size)
 
     # -- generation -------------------------------------------------------------------------------
 
@@ -350,20 +312,27 @@ class ModelRunner:
     def _step(self) -> None:
         """One token for every answer in progress: their pending tokens evaluated in one llama_decode
         (each in its own sequence), then each answer's next token sampled from its row."""
-        answers = [slot.answer for slot in self.slots if slot.answer is not None]
-        for answer in [a for a in answers if a.job.cancelled.is_set()]:
-            self._finish(answer, "cancelled")
-            answers.remove(answer)
+        self._end_abandoned()
+        answers = self.answers
         if not answers:
             return
-        rows = self._decode_across([(answer.slot, answer.next) for answer in answers])
-        for answer, logits in zip(answers, rows):
-            self._advance(answer, logits)
+        try:
+            rows = self._decode_across([(answer.slot, answer.next) for answer in answers])
+            for answer, logits in zip(answers, rows):
+                self._advance(answer, logits)
+        except Exception as error:  # noqa: BLE001 - a crash here must not kill the worker
+            for answer in self.answers:
+                self._finish(answer, "error", EngineError(f"llama.cpp failed: {error}", 500))
+
+    def _end_abandoned(self) -> None:
+        """End the answers whose client has left: their slots become idle."""
+        for answer in self.answers:
+            if answer.job.cancelled.is_set():
+                self._finish(answer, "cancelled")
 
     def _advance(self, answer: Answer, logits: np.ndarray) -> None:
         """Sample the answer's next token, give it, and keep the answer in its slot unless it ends."""
         job, slot = answer.job, answer.slot
-        answer.slot.answer = None
         if job.constraint is None:
             token = sample(logits, job.options, answer.rng)
         else:  # `format`: the grammar's allowed tokens only
@@ -381,13 +350,14 @@ class ModelRunner:
         answer.next = token
         slot.answer = answer
 
-    def _finish(self, answer: Answer, reason: str) -> None:
+    def _finish(self, answer: Answer, reason: str, error: EngineError | None = None) -> None:
+        """End the answer: its slot becomes idle, its grammar is freed, its client is told why."""
         job = answer.job
         answer.slot.answer = None
         if job.constraint is not None:
             job.constraint.close()
-        job.on_done(Completion(reason, len(job.tokens), answer.prompt_ns, answer.count,
-                               time.perf_counter_ns() - answer.started))
+        job.on_done(error or Completion(reason, len(job.tokens), answer.prompt_ns, answer.count,
+                                        time.perf_counter_ns() - answer.started))
 
     def _token_info(self, token: int, logits: np.ndarray, top_logprobs: int | None) -> TokenInfo:
         """The token's piece; its log-probability and the `top_logprobs` best only when asked."""
