@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
@@ -22,7 +23,7 @@ import numpy as np
 from utils.burst import announce
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.config import EngineConfig
-from utils.engine.controller import DraftLengthController, controller_for
+from utils.engine.controller import RETRY_ANSWERS, DraftLengthController, controller_for
 from utils.engine.drafters import Draft, Drafter, DraftSetup, build_drafter
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
 from utils.engine.output import Output
@@ -40,7 +41,7 @@ FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the ser
                  "not apply: generated standard")
 NO_GAIN_REASON = ("speculation has not paid on this server lately (the drafts were empty or rejected, or "
                   "verifying them cost as much as generating the tokens): generated standard in one request; "
-                  "one answer in 8 tries speculation again")
+                  f"one answer in {RETRY_ANSWERS} tries speculation again")
 
 
 @dataclass
@@ -61,7 +62,8 @@ class _Answer:
     empty_drafts: int = 0  # empty drafts in a row
     resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
     drafter_saw: int | None = None  # output tokens in the drafter's last context (None: it saw nothing yet)
-    recent: list[str] = field(default_factory=list)  # the texts of the last tokens of standard segments
+    # The texts of the last tokens of standard segments.
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TOKENS))
 
     @property
     def context(self) -> str:
@@ -184,7 +186,7 @@ class SpeculativeDecoder:
                 if chunk.tokens and first_token_at is None:
                     first_token_at = time.perf_counter()
                 count += len(chunk.tokens)
-                answer.recent = (answer.recent + [token.text for token in chunk.tokens])[-RECENT_TOKENS:]
+                answer.recent.extend(token.text for token in chunk.tokens)
                 if chunk.text or chunk.tokens:
                     for event in answer.emitted(output.add(chunk.text, "standard", len(chunk.tokens))):
                         yield event
@@ -253,7 +255,7 @@ class SpeculativeDecoder:
         tokens as the draft: where drafts keep coming back empty, a server that evaluates a burst's
         requests one at a time would otherwise never be found out (the controller's `can_pay`).
         Nothing is emitted from it; a failure only leaves the cost unknown."""
-        pieces = answer.recent[-k:]
+        pieces = list(answer.recent)[-k:]
         text = "".join(pieces)
         if len(pieces) < k or "\ufffd" in text or not answer.context.endswith(text):
             return
