@@ -206,11 +206,12 @@ def cmd_bench_overhead(args: argparse.Namespace) -> int:
     import httpx
 
     from utils.bench.overhead import run
+    from utils.engine.client import ServerError
 
     try:
         print(run(args.host, args.target, args.draft, args.context, args.repeat,
                   progress=lambda label: print(label, file=sys.stderr, flush=True)))
-    except (RuntimeError, OSError, ValueError, httpx.HTTPError) as error:
+    except (RuntimeError, OSError, ValueError, httpx.HTTPError, ServerError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     return 0

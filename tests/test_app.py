@@ -91,11 +91,15 @@ def test_sidebar_shows_the_server_and_the_drafters(data_dir):
     assert "embedded llama.cpp server" in sidebar_text and "OLLAMA_HOST" in sidebar_text
     assert "batches the nested verification requests" in sidebar_text
     assert at.sidebar.selectbox(key="target").value == SMALL
-    labels = at.sidebar.selectbox(key="drafter").options  # as shown: "name — relation"
-    assert "lookup — prompt lookup, no model" in labels
+    labels = at.sidebar.selectbox(key="drafter").options  # as shown: names, the unusable ones marked
+    assert "lookup" in labels and "qwen2.5-coder:0.5b" in labels
     # The target cannot draft for itself: listed, but marked unusable.
-    assert f"{SMALL} — unusable" in labels
-    assert "qwen2.5-coder:0.5b — cross-tokenizer" in labels
+    assert f"{SMALL} (unusable)" in labels
+    # What the chosen drafter is, in words, under the box: the configured draft model by default.
+    assert at.sidebar.selectbox(key="drafter").value == "qwen2.5-coder:0.5b"
+    assert "qwen2.5-coder:0.5b: cross-tokenizer" in sidebar_text
+    at.sidebar.selectbox(key="drafter").set_value("lookup").run()
+    assert "lookup: prompt lookup, no model" in " ".join(c.value for c in at.sidebar.caption)
 
 
 @pytest.fixture(scope="module")

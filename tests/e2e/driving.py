@@ -28,7 +28,7 @@ STANDARD_PROMPT = "Name three colours of the rainbow."
 SPECULATIVE_PROMPT = "Repeat this sentence exactly: The quick brown fox jumps over the lazy dog."
 COMPARE_PROMPT = "Repeat this sentence exactly: Speculative decoding drafts tokens and the target verifies them."
 LONG_PROMPT = "Count from 1 to 300, one number per line."
-LOOKUP_OPTION = "lookup — prompt lookup, no model"
+LOOKUP_OPTION = "lookup"
 # The accepted draft tokens' HTML (utils/app/highlight.py): a span on DRAFT_COLOUR.
 DRAFT_SPAN = 'span[style*="rgba(46, 160, 67, 0.28)"]'
 MAX_SCREENSHOT_HEIGHT = 2400

@@ -51,8 +51,29 @@ def ndjson_line(content: Any) -> bytes:
     return json_bytes(content) + b"\n"
 
 
+class LastLine(bytes):
+    """The last bytes of a streamed answer: sent with the end of the response in one write."""
+
+
+class NdjsonResponse(StreamingResponse):
+    """A stream whose iterator may mark its last chunk (`LastLine`). Starlette ends a stream with an
+    empty message of its own, a second socket write after the last line (about 0.2 ms on two busy
+    cores, and another wake-up of the client) on every draft and every streamed answer."""
+
+    async def stream_response(self, send: Any) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        async for chunk in self.body_iterator:
+            last = isinstance(chunk, LastLine)
+            await send({"type": "http.response.body", "body": bytes(chunk), "more_body": not last})
+            if last:
+                if close := getattr(self.body_iterator, "aclose", None):
+                    await close()  # runs the generator's cleanup now, not when it is collected
+                return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
 def ndjson_response(lines: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(lines, media_type=NDJSON)
+    return NdjsonResponse(lines, media_type=NDJSON)
 
 
 def now() -> str:

@@ -25,6 +25,12 @@ from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError
 from utils.engine.request import GenerationRequest
 from utils.hosts import HostError
 
+# Redraw a streaming answer's text at most this often. Each redraw renders the whole answer and sends
+# it to the browser; drawn per token, a standard answer (one token per event) paid for many more
+# redraws than a speculative one (a run of accepted tokens per event), and on a machine the browser
+# shares with the model that made speculation look much faster than it was (README, the screenshots).
+TEXT_REFRESH_SECONDS = 0.1
+
 
 @dataclass
 class Streaming:
@@ -99,7 +105,7 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     drafter = choices.drafter if drafter is None else drafter
     answer = Answer() if answer is None else answer
     text_slot, notices, chart_slot = st.empty(), st.container(), st.empty()
-    drawn_at = 0.0
+    drawn_at = text_drawn_at = 0.0
     show_text(text_slot, "", [], highlight, cursor=True)
     events = answer_events(choices.decoder_settings(settings), server(settings, url), choices.target, drafter,
                            request)
@@ -110,7 +116,9 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
                 if isinstance(event, TextEvent):
                     answer.pieces.append([event.text, event.origin])
                     answer.text += event.text
-                    show_text(text_slot, answer.text, answer.pieces, highlight, cursor=True)
+                    if time.monotonic() - text_drawn_at > TEXT_REFRESH_SECONDS:
+                        show_text(text_slot, answer.text, answer.pieces, highlight, cursor=True)
+                        text_drawn_at = time.monotonic()
                 elif isinstance(event, RoundEvent):
                     answer.live, answer.live_at = event.stats, event.record.at_seconds
                     if charts and time.monotonic() - drawn_at > CHART_REFRESH_SECONDS:

@@ -116,8 +116,12 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
                      **drafter_relations(settings, info.url, target, tuple(info.models))}
         options = list(relations)
         wanted = settings.draft_model if relations.get(settings.draft_model) in USABLE else model_free[0]
-        drafter = bar.selectbox("Drafter", options, index=remembered.index("drafter", options, wanted), key="drafter",
-                                format_func=lambda name: f"{name} — {relation_label(relations[name])}")
+        # Names in the box (a sidebar is narrow: longer labels were cut off), what the chosen one is under it.
+        shown = {name: f"{name} (unusable)" if relation == "unusable" else name for name, relation in relations.items()}
+        drafter = bar.selectbox("Drafter", options, index=remembered.index("drafter", options, wanted),
+                                key="drafter", format_func=shown.get,
+                                help="where the guessed tokens come from: the prompt itself, or a smaller model")
+        bar.caption(f"{drafter}: {relation_label(relations[drafter])}")
         if relations[drafter] == "unusable":
             bar.warning(f"{drafter} cannot draft for {target}: answers use standard generation until you pick "
                         "another drafter.")

@@ -14,7 +14,7 @@ starts the embedded server.
 
     python cli.py bench-overhead [--host URL] [--target M] [--draft M] [--context N ...] [--repeat R]
 
-Requests look like the engine's (utils/engine/client.py): one keep-alive httpx client, raw prompts,
+Requests are the engine's own (utils/engine/client.py's keep-alive session and codec), raw prompts,
 validator positions as non-streamed `num_predict` 1 requests with `logprobs`, drafts streamed with
 their top log-probabilities. "Engine time" of a request is its `total_duration`; that of a burst,
 the largest `total_duration` among its requests (on a server that evaluates them together, each
@@ -26,16 +26,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import httpx
-
 from utils.burst import announce
+from utils.engine.client import OllamaServer
 
 KS = (2, 4, 8)
 RATES = (0.6, 0.7, 0.8, 0.9)
@@ -91,12 +89,12 @@ def context_text(tokens_wanted: int, chars_per_token: float) -> str:
 class Bench:
     def __init__(self, url: str, target: str, draft: str):
         self.url, self.target, self.draft = url, target, draft
-        self.http = httpx.AsyncClient(base_url=url, timeout=httpx.Timeout(600.0, connect=10.0),
-                                      limits=httpx.Limits(max_keepalive_connections=32, max_connections=64))
+        # The engine's transport, so that "outside" is what the engine pays: its session and JSON codec.
+        self.server = OllamaServer(url, connect_timeout=10.0, timeout=600.0)
         self.num_ctx = 4096
 
     async def aclose(self) -> None:
-        await self.http.aclose()
+        await self.server.aclose()
 
     def _body(self, model: str, prompt: str, num_predict: int, stream: bool, top: int) -> dict:
         return {"model": model, "prompt": prompt, "raw": True, "stream": stream, "logprobs": True,
@@ -104,27 +102,16 @@ class Bench:
                                                  "num_ctx": self.num_ctx}}
 
     async def one(self, model: str, prompt: str, burst: dict[str, str] | None = None) -> dict:
-        response = await self.http.post("/api/generate", json=self._body(model, prompt, 1, False, 0), headers=burst)
-        if response.status_code != 200:
-            raise RuntimeError(f"{self.url} answered {response.status_code}: {response.text[:300]}")
-        return response.json()
+        return await self.server._request("POST", "/api/generate", self._body(model, prompt, 1, False, 0), burst)
 
     async def stream(self, model: str, prompt: str, num_predict: int, top: int) -> tuple[list[str], dict]:
         pieces, final = [], {}
         body = self._body(model, prompt, num_predict, True, top)
-        async with self.http.stream("POST", "/api/generate", json=body) as response:
-            if response.status_code != 200:
-                raise RuntimeError(f"{self.url} answered {response.status_code}: {(await response.aread())[:300]!r}")
-            async for line in response.aiter_lines():
-                if not line:
-                    continue
-                message = json.loads(line)
-                if "error" in message:
-                    raise RuntimeError(f"{self.url}: {message['error']}")
-                if message.get("done"):
-                    final = message
-                else:
-                    pieces.append(message.get("response", ""))
+        async for message in self.server._stream("/api/generate", body):
+            if message.get("done"):
+                final = message
+            else:
+                pieces.append(message.get("response", ""))
         return pieces, final
 
     # -- the measurements -------------------------------------------------------------------------
@@ -147,10 +134,7 @@ class Bench:
         started = time.perf_counter()
         if one_request:
             bodies = [self._body(self.target, prompt, 1, False, 0) for prompt in prompts]
-            response = await self.http.post("/speculative/burst", json={"requests": bodies})
-            if response.status_code != 200:
-                raise RuntimeError(f"{self.url} answered {response.status_code}: {response.text[:300]}")
-            answers = response.json()["responses"]
+            answers = (await self.server._request("POST", "/speculative/burst", {"requests": bodies}))["responses"]
         else:
             burst = announce(len(prompts))  # as the engine's validator does
             answers = await asyncio.gather(*(self.one(self.target, prompt, burst) for prompt in prompts))
@@ -190,7 +174,7 @@ async def measure(url: str, target: str, draft: str, tokens_wanted: int, repeat:
     bench = Bench(url, target, draft)
     try:
         bench.num_ctx = max(4096, 1 << (tokens_wanted + 2 * STANDARD_TOKENS + max(KS) + 64).bit_length())
-        about = (await bench.http.get("/api/version")).json()
+        about = await bench.server.about()
         context, counted = await build_context(bench, tokens_wanted)
         pieces, _ = await bench.stream(target, context, max(KS), 0)
         if len(pieces) < max(KS):

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from utils import burst
-from utils.api.http import ApiError, json_response, ndjson_line, ndjson_response, now
+from utils.api.http import ApiError, LastLine, json_response, ndjson_line, ndjson_response, now
 from utils.api.schemas import Common
 from utils.embedded.engine import ModelRunner
 from utils.embedded.grammar import constraint_for
@@ -248,7 +248,7 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
                         final = final_fields(body.model, reason, event, load, chat=chat)
                         shape.report(job, final)
                         out.append(ndjson_line(final))
-                        yield b"".join(out)
+                        yield LastLine(b"".join(out))
                         return
                     out.append(chunk(assembler.feed(event.piece), event))
                     if assembler.stopped:

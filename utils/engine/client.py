@@ -1,9 +1,14 @@
-"""What the speculative engine asks of an Ollama server, over one keep-alive httpx client.
+"""What the speculative engine asks of an Ollama server, over one keep-alive aiohttp session.
 
 One method per endpoint over one `_request` (and `_stream` for NDJSON), plain dicts and `json`
 instead of a pydantic model per chunk: this is the hot path, called K+1 times per verification and
 once per draft. Every failure becomes a `ServerError` carrying the server's own message; its
 subclasses say what kind of failure it was, so callers branch on types, not on message text.
+
+Why aiohttp and not httpx (used everywhere else): httpx's own Python costs more per request than the
+server's, and a speculative round makes two or more requests (draft, burst) per few tokens. With
+aiohttp a one-token request spends 2.0 ms outside the engine instead of 2.8 (`cli.py bench-overhead`,
+2-core CPU).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 
 from utils.burst import announce
 
@@ -115,23 +120,39 @@ class OllamaServer:
     def __init__(self, host: str, *, connect_timeout: float = 5.0, timeout: float = 300.0):
         self.host, self.connect_timeout, self.timeout = host, connect_timeout, timeout
         self.url = _with_scheme(host)
-        self.http = httpx.AsyncClient(base_url=self.url, timeout=httpx.Timeout(timeout, connect=connect_timeout),
-                                      limits=httpx.Limits(max_keepalive_connections=32, max_connections=64))
+        self._session: aiohttp.ClientSession | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._about: dict[str, Any] | None = None
 
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        """The keep-alive session, made on first use: aiohttp binds it to the running event loop (a
+        server object used from another loop, as tests with a loop per test do, gets a new one)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._loop is not loop:
+            self._loop = loop
+            self._session = aiohttp.ClientSession(
+                base_url=self.url, connector=aiohttp.TCPConnector(limit=64),
+                timeout=aiohttp.ClientTimeout(total=None, connect=self.connect_timeout, sock_read=self.timeout),
+                # Every body is JSON; Ollama ignores the Content-Type of a POST anyway.
+                headers={"Content-Type": "application/json"})
+        return self._session
+
     async def aclose(self) -> None:
-        await self.http.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     # -- transport -----------------------------------------------------------------------------------
 
-    def _error(self, error: Exception) -> ServerError:
+    def _error(self, error: BaseException) -> ServerError:
         if isinstance(error, ServerError):
             return error
-        if isinstance(error, httpx.TimeoutException):
-            limit = self.connect_timeout if isinstance(error, httpx.ConnectTimeout) else self.timeout
+        if isinstance(error, TimeoutError):  # asyncio's and aiohttp's timeouts are TimeoutErrors
+            limit = self.connect_timeout if isinstance(error, aiohttp.ConnectionTimeoutError) else self.timeout
             return ServerTimeout(f"the Ollama server at {self.url} did not answer within {limit:g} s "
                                  f"({type(error).__name__})", None, self.host)
-        if isinstance(error, (ConnectionError, httpx.TransportError)):
+        if isinstance(error, (ConnectionError, aiohttp.ClientError)):
             return ServerUnreachable(f"cannot reach the Ollama server at {self.url}: "
                                      f"{str(error) or type(error).__name__}", None, self.host)
         return ServerError(f"{type(error).__name__}: {error}", None, self.host)
@@ -154,36 +175,55 @@ class OllamaServer:
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None,
                        headers: dict[str, str] | None = None) -> Any:
+        data = None if body is None else json.dumps(body)
         try:
-            response = await self.http.request(method, path, json=body, headers=headers)
+            async with self.http.request(method, path, data=data, headers=headers) as response:
+                status, content = response.status, await response.read()
         except Exception as error:  # noqa: BLE001 - one exception type out
             raise self._error(error) from None
-        if response.status_code >= 400:
-            raise self._refusal(response.status_code, response.text)
+        if status >= 400:
+            raise self._refusal(status, content.decode(errors="replace"))
         try:
-            return response.json()
+            return json.loads(content)
         except ValueError:
-            raise ServerError(f"{self.url}{path} answered with something that is not JSON", response.status_code,
+            raise ServerError(f"{self.url}{path} answered with something that is not JSON", status,
                               self.host) from None
 
     async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
-        """The NDJSON messages of a streamed answer. Leaving early closes the connection's stream,
-        which stops generation on the server."""
+        """The NDJSON messages of a streamed answer. Leaving early closes the connection, which stops
+        generation on the server."""
+        response = None
         try:
-            async with self.http.stream("POST", path, json=body) as response:
-                if response.status_code >= 400:
-                    raise self._refusal(response.status_code, (await response.aread()).decode(errors="replace"))
-                async for line in response.aiter_lines():
-                    if not line:
-                        continue
-                    message = json.loads(line)
-                    if "error" in message:
-                        raise ServerError(str(message["error"]), response.status_code, self.host)
-                    yield message
+            response = await self.http.post(path, data=json.dumps(body))
+            if response.status >= 400:
+                raise self._refusal(response.status, (await response.read()).decode(errors="replace"))
+            pending = b""
+            async for data in response.content.iter_any():
+                *lines, pending = (pending + data).split(b"\n")
+                for line in lines:
+                    if message := self._message(line, response.status):
+                        yield message
+            if message := self._message(pending, response.status):  # a last line without its newline
+                yield message
         except ServerError:
             raise
         except Exception as error:  # noqa: BLE001
             raise self._error(error) from None
+        finally:
+            if response is not None:
+                # Read to the end, the connection is already back in the pool and this does nothing.
+                # Otherwise (the caller stopped early, or an error) it drops the connection, which the
+                # server takes as the client leaving, and stops generating.
+                response.close()
+
+    def _message(self, line: bytes, status: int) -> dict[str, Any] | None:
+        """One NDJSON line of a stream, None if blank; an `{"error": ...}` line is raised."""
+        if not line.strip():
+            return None
+        message = json.loads(line)
+        if "error" in message:
+            raise ServerError(str(message["error"]), status, self.host)
+        return message
 
     # -- endpoints -----------------------------------------------------------------------------------
 
