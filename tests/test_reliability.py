@@ -172,16 +172,15 @@ async def test_every_network_call_has_a_time_limit(server_url):
     custom = settings(connect_timeout=1.5, request_timeout=7, draft_timeout=2)
     target, draft = servers(custom, server_url, server_url)
     try:
-        # The engine's session (aiohttp): connecting, and every wait for the server's next bytes.
-        assert (target.http.timeout.connect, target.http.timeout.sock_read) == (1.5, 7)
-        assert (draft.http.timeout.connect, draft.http.timeout.sock_read) == (1.5, 2)
+        # The engine's transport: connecting, and every wait for the server's next bytes.
+        assert (target.http.connect_timeout, target.http.read_timeout) == (1.5, 7)
+        assert (draft.http.connect_timeout, draft.http.read_timeout) == (1.5, 2)
     finally:
         await target.aclose()
         await draft.aclose()
     bare = OllamaServer(server_url)  # even without settings: finite limits
     try:
-        timeout = bare.http.timeout
-        assert all(value is not None and value > 0 for value in (timeout.connect, timeout.sock_read))
+        assert all(value is not None and value > 0 for value in (bare.http.connect_timeout, bare.http.read_timeout))
     finally:
         await bare.aclose()
 

@@ -7,7 +7,7 @@ Responses on the hot path are encoded here once, to bytes, and handed to Starlet
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -109,16 +109,7 @@ class BodyLimit:
             more = message.get("more_body", False)
             if len(body) > MAX_BODY_BYTES:
                 return await self._too_large(scope, receive, send)
-        replayed = False
-
-        async def replay() -> dict:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": bytes(body), "more_body": False}
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replay(bytes(body), receive), send)
 
     @staticmethod
     async def _too_large(scope: dict, receive: Any, send: Any) -> None:
@@ -126,12 +117,30 @@ class BodyLimit:
         await response(scope, receive, send)
 
 
+def replay(body: bytes, receive: Any) -> Callable[[], Awaitable[dict]]:
+    """A `receive` that gives a body already read, then whatever the connection says next."""
+    replayed = False
+
+    async def receive_again() -> dict:
+        nonlocal replayed
+        if replayed:
+            return await receive()
+        replayed = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return receive_again
+
+
+def error_response(error: ApiError) -> Response:
+    return JSONResponse({"error": error.message}, error.status)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Every failure as Ollama writes it: `{"error": "..."}` with Ollama's status."""
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, error: ApiError) -> Response:
-        return JSONResponse({"error": error.message}, error.status)
+        return error_response(error)
 
     @app.exception_handler(HTTPException)
     async def _http_error(_: Request, error: HTTPException) -> Response:

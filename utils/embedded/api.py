@@ -20,6 +20,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from starlette.responses import Response
 
 from utils.api.cors import add_cors, origins_from_env
+from utils.api.direct import DirectRoutes
 from utils.api.http import ApiError, BodyLimit, JSONResponse, install_error_handlers, json_response, now
 from utils.api.openai_routes import install_openai
 from utils.api.schemas import ChatBody, GenerateBody, ShowBody
@@ -182,15 +183,12 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
                gpu_layers: int = -1, parallel: int = 4) -> FastAPI:
     app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION,
                   default_response_class=JSONResponse)
-    app.add_middleware(BodyLimit)
-    app.add_middleware(CountArrivals)  # outermost: a request counts from its first byte
     install_error_handlers(app)
-    add_cors(app, origins_from_env())
     models = Models(store, threads, batch, fast_batches, gpu_layers, parallel)
     app.state.models = models
     embeddings.register(app, models)
     management.register(app, models)
-    burst_api.register(app, models)
+    burst = burst_api.register(app, models)
 
     @app.on_event("startup")
     async def _start() -> None:
@@ -287,6 +285,12 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         return await answer(request, runner, body, prompt, load, chat=True, tools=tools, dropped_messages=dropped)
 
     install_openai(app, chat, generate, lambda: [_model_entry(spec) for spec in store.installed()])
+    # Middleware, innermost first. The requests of a speculative round skip FastAPI's stack (direct.py).
+    app.add_middleware(BodyLimit)
+    app.add_middleware(DirectRoutes, routes={"/api/generate": (GenerateBody, generate),
+                                             burst_api.PATH: (burst_api.BurstBody, burst)})
+    app.add_middleware(CountArrivals)  # a request counts from its first byte
+    add_cors(app, origins_from_env())
     return app
 
 

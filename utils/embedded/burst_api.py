@@ -11,6 +11,7 @@ evaluation). Any other Ollama gets the K+1 requests (utils/engine/client.py).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -31,7 +32,9 @@ class BurstBody(BaseModel):
     requests: list[GenerateBody] = Field(min_length=1, max_length=MAX_REQUESTS)
 
 
-def register(app: FastAPI, models: Any) -> None:
+def register(app: FastAPI, models: Any) -> Callable[[BurstBody, Request], Awaitable[Response]]:
+    """Route the burst endpoint; its handler, for the direct path (utils/api/direct.py)."""
+
     @app.post(PATH)
     async def burst(body: BurstBody, request: Request) -> Response:
         first = body.requests[0]
@@ -58,3 +61,5 @@ def register(app: FastAPI, models: Any) -> None:
             for each, job in zip(body.requests, jobs)
         ))
         return json_response({"responses": answers})
+
+    return burst

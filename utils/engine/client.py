@@ -1,14 +1,13 @@
-"""What the speculative engine asks of an Ollama server, over one keep-alive aiohttp session.
+"""What the speculative engine asks of an Ollama server, over keep-alive HTTP/1.1 connections (transport.py).
 
 One method per endpoint over one `_request` (and `_stream` for NDJSON), plain dicts and `json`
 instead of a pydantic model per chunk: this is the hot path, called K+1 times per verification and
 once per draft. Every failure becomes a `ServerError` carrying the server's own message; its
 subclasses say what kind of failure it was, so callers branch on types, not on message text.
 
-Why aiohttp and not httpx (used everywhere else): httpx's own Python costs more per request than the
-server's, and a speculative round makes two or more requests (draft, burst) per few tokens. With
-aiohttp a one-token request spends 2.0 ms outside the engine instead of 2.8 (`cli.py bench-overhead`,
-2-core CPU).
+Why not httpx (used everywhere else) or aiohttp: a speculative round makes two or more requests (a
+draft, a burst) every few tokens, and either library's own Python cost more per request than the
+server's; transport.py is the little HTTP/1.1 the engine needs.
 """
 
 from __future__ import annotations
@@ -20,9 +19,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
-
 from utils.burst import announce
+from utils.engine.transport import ConnectTimeout, Transport
 
 # Since these Ollama releases: raw prompts of a chat (`_debug_render_only`) and `logprobs`.
 RENDER_SINCE = (0, 11, 5)
@@ -120,39 +118,22 @@ class OllamaServer:
     def __init__(self, host: str, *, connect_timeout: float = 5.0, timeout: float = 300.0):
         self.host, self.connect_timeout, self.timeout = host, connect_timeout, timeout
         self.url = _with_scheme(host)
-        self._session: aiohttp.ClientSession | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self.http = Transport(self.url, connect_timeout, timeout)  # keep-alive connections (transport.py)
         self._about: dict[str, Any] | None = None
 
-    @property
-    def http(self) -> aiohttp.ClientSession:
-        """The keep-alive session, made on first use: aiohttp binds it to the running event loop (a
-        server object used from another loop, as tests with a loop per test do, gets a new one)."""
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._loop is not loop:
-            self._loop = loop
-            self._session = aiohttp.ClientSession(
-                base_url=self.url, connector=aiohttp.TCPConnector(limit=64),
-                timeout=aiohttp.ClientTimeout(total=None, connect=self.connect_timeout, sock_read=self.timeout),
-                # Every body is JSON; Ollama ignores the Content-Type of a POST anyway.
-                headers={"Content-Type": "application/json"})
-        return self._session
-
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        self.http.close()
 
     # -- transport -----------------------------------------------------------------------------------
 
     def _error(self, error: BaseException) -> ServerError:
         if isinstance(error, ServerError):
             return error
-        if isinstance(error, TimeoutError):  # asyncio's and aiohttp's timeouts are TimeoutErrors
-            limit = self.connect_timeout if isinstance(error, aiohttp.ConnectionTimeoutError) else self.timeout
+        if isinstance(error, TimeoutError):
+            limit = self.connect_timeout if isinstance(error, ConnectTimeout) else self.timeout
             return ServerTimeout(f"the Ollama server at {self.url} did not answer within {limit:g} s "
                                  f"({type(error).__name__})", None, self.host)
-        if isinstance(error, (ConnectionError, aiohttp.ClientError)):
+        if isinstance(error, OSError):  # ConnectionError, and refusals to connect (no such host, ...)
             return ServerUnreachable(f"cannot reach the Ollama server at {self.url}: "
                                      f"{str(error) or type(error).__name__}", None, self.host)
         return ServerError(f"{type(error).__name__}: {error}", None, self.host)
@@ -175,10 +156,10 @@ class OllamaServer:
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None,
                        headers: dict[str, str] | None = None) -> Any:
-        data = None if body is None else json.dumps(body)
+        data = None if body is None else json.dumps(body).encode()
         try:
-            async with self.http.request(method, path, data=data, headers=headers) as response:
-                status, content = response.status, await response.read()
+            response = await self.http.open(method, path, data, headers)
+            status, content = response.status, await response.read()
         except Exception as error:  # noqa: BLE001 - one exception type out
             raise self._error(error) from None
         if status >= 400:
@@ -194,11 +175,11 @@ class OllamaServer:
         generation on the server."""
         response = None
         try:
-            response = await self.http.post(path, data=json.dumps(body))
+            response = await self.http.open("POST", path, json.dumps(body).encode())
             if response.status >= 400:
                 raise self._refusal(response.status, (await response.read()).decode(errors="replace"))
             pending = b""
-            async for data in response.content.iter_any():
+            async for data in response.pieces():
                 *lines, pending = (pending + data).split(b"\n")
                 for line in lines:
                     if message := self._message(line, response.status):
