@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / os.environ.get("SPEC_SCREENSHOTS_DIR", "artifacts/tmp/screenshots")
 
 ANSWER_TIMEOUT = 240_000  # ms for one answer (or two on Compare): two shared cores can be slow
+NAV_RETRY_MS = 15_000  # a page link that started no run by then is clicked again (open_page)
 RERUN_TIMEOUT = 120_000  # ms for a rerun after a widget change (the sidebar asks the server each time)
 MAX_TOKENS = 40
 STANDARD_PROMPT = "Name three colours of the rainbow."
@@ -86,6 +87,21 @@ def rerun_after(page: Page, action: Callable[[], None], timeout: float = RERUN_T
     mark = run_mark(page)
     action()
     wait_idle(page, mark, timeout)
+
+
+def open_page(page: Page, name: str) -> None:
+    """Go to another page of the app by its sidebar link. A click can be lost (seen once in CI: no
+    script run at all in 120 s after it), and going to a page twice is going there once, so a click
+    that has started no run within NAV_RETRY_MS is made again."""
+    link = sidebar(page).get_by_role("link", name=name)
+    mark = run_mark(page)
+    link.click()
+    try:
+        return wait_idle(page, mark, timeout=NAV_RETRY_MS)
+    except AssertionError:
+        if run_mark(page) == mark:  # nothing ran: the click did not arrive
+            link.click()
+    wait_idle(page, mark)
 
 
 def open_app(page: Page, url: str) -> None:

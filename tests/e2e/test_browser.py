@@ -29,6 +29,7 @@ from tests.e2e.driving import (
     answer_stats,
     assistant_messages,
     open_app,
+    open_page,
     rerun_after,
     screenshot,
     send,
@@ -102,7 +103,7 @@ def test_chat_standard_and_speculative_answers_survive_a_reload(page: Page, app_
 
 def test_compare_runs_standard_and_speculative_side_by_side(page: Page, app_url: str):
     open_app(page, app_url)
-    rerun_after(page, lambda: sidebar(page).get_by_role("link", name="Compare").click())
+    open_page(page, "Compare")
     expect(page.get_by_role("heading", name="Compare")).to_be_visible()
     short_answers(page, speculative=True)
 
