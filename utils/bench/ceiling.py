@@ -1,0 +1,174 @@
+"""The most prompt lookup can give with this engine on this machine: a clairvoyant controller's speed-up.
+
+For each benchmark prompt the target's standard greedy answer is generated, token by token. At every
+position the lookup drafter's proposal is compared with the tokens that really follow, so what a
+draft of each K would have had accepted is known in advance. With the costs measured on this server
+(a standard token and a validator burst of K + 1 rows, interleaved, medians), dynamic programming
+then finds the cheapest way through the answer: at each position either one standard token, or a
+draft of some K that yields its accepted tokens and the target's own token after them. No controller
+can beat that schedule, since it knows every verdict before asking; where its speed-up is below a
+goal, the goal is out of reach for prompt lookup with this engine on this machine, whatever the
+controller does.
+
+    .venv/bin/python -m utils.bench.ceiling [--target M] [--category edit summarize] [--limit 6]
+        [--k-max 8] [--repeat 3] [--host URL]
+
+It prints the measured costs, then per prompt the answer's length, the schedule's drafts and the
+bound, from wall times (what the decoding loop pays, HTTP included) and from the engine times the
+server reports (an ideal verifier), and beside them the speed-up of the eager rule llama.cpp's
+lookup follows (draft whatever is found, wherever it is found), with medians per category and over
+all prompts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+from pathlib import Path
+
+from utils.bench.overhead import Bench, Row
+from utils.bench.runner import BenchConfig, load_prompts
+from utils.engine.client import OllamaServer
+from utils.engine.drafters.lookup import PromptLookupDrafter
+from utils.engine.tokenizers import vocabulary
+from utils.sampling import GREEDY
+
+NUM_CTX = 4096
+PROMPTS = Path(__file__).resolve().parents[2] / "prompts" / "bench.jsonl"
+
+
+def cheapest(accepted: list[list[int]], standard: float, burst: dict[int, float]) -> tuple[float, int]:
+    """The least time to produce an answer of len(accepted) tokens, and the drafts that take it.
+
+    accepted[i][k - 1]: tokens a draft of k pieces at position i gets accepted (only the K the
+    drafter could fill there); standard: a standard token's time; burst[k]: verifying k pieces."""
+    n = len(accepted)
+    best, drafts = [0.0] * (n + 1), [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        best[i], drafts[i] = standard + best[i + 1], drafts[i + 1]
+        for k, hits in enumerate(accepted[i], start=1):
+            after = min(n, i + hits + 1)  # the accepted pieces, then the target's own token
+            if burst[k] + best[after] < best[i]:
+                best[i], drafts[i] = burst[k] + best[after], drafts[after] + 1
+    return best[0], drafts[0]
+
+
+def eager(accepted: list[list[int]], standard: float, burst: dict[int, float]) -> float:
+    """The time of the rule llama.cpp's lookup follows: draft all the drafter finds, wherever it finds it."""
+    i, seconds = 0, 0.0
+    while i < len(accepted):
+        if accepted[i]:
+            seconds += burst[len(accepted[i])]
+            i += accepted[i][-1] + 1
+        else:
+            seconds += standard
+            i += 1
+    return seconds
+
+
+async def accepted_lengths(drafter: PromptLookupDrafter, prompt: str, tokens: list[str], k_max: int) -> list[list[int]]:
+    """For each position of the answer, what a lookup draft of 1..K pieces there would get accepted."""
+    table = []
+    for i in range(len(tokens)):
+        draft = await drafter.propose(prompt + "".join(tokens[:i]), k_max, GREEDY)
+        hits = 0
+        while hits < len(draft) and i + hits < len(tokens) and draft.pieces[hits] == tokens[i + hits]:
+            hits += 1
+        table.append([min(hits, k) for k in range(1, len(draft) + 1)])
+    return table
+
+
+async def standard_answer(server: OllamaServer, target: str, prompt: str, max_tokens: int) -> list[str]:
+    options = {"temperature": 0, "num_predict": max_tokens, "num_ctx": NUM_CTX}
+    return [token.text async for chunk in server.stream_raw(target, prompt, options) for token in chunk.tokens]
+
+
+async def measure_costs(bench: Bench, context: str, tokens: list[str], k_max: int, repeat: int) -> dict[str, Row]:
+    """A standard token and bursts of K = 1..k_max on `context`, interleaved round by round."""
+    endpoint = bool((await bench.server.about()).get("burst_endpoint"))
+    rows = {"standard": Row("standard token")} | {f"burst{k}": Row(f"burst, K={k}") for k in range(1, k_max + 1)}
+    for number in range(repeat + 1):  # the first round warms up and is not counted
+        samples = {"standard": await bench.standard(context)}
+        for k in range(1, k_max + 1):
+            samples[f"burst{k}"] = await bench.burst([context + "".join(tokens[:i]) for i in range(k + 1)], endpoint)
+        for key, sample in samples.items():
+            if number:
+                rows[key].samples.append(sample)
+    return rows
+
+
+async def measure(url: str, target: str, prompts: list[dict], k_max: int, repeat: int) -> str:
+    server, bench = OllamaServer(url, timeout=600.0), Bench(url, target, target)
+    try:
+        bench.num_ctx = NUM_CTX
+        drafter = PromptLookupDrafter((await vocabulary(server, target))[1])
+        answers = []
+        for prompt in prompts:
+            text = prompt["prompt"]
+            if prompt.get("chat", True):
+                text = await server.render_chat(target, [{"role": "user", "content": text}], NUM_CTX)
+            tokens = await standard_answer(server, target, text, prompt.get("max_tokens", 128))
+            answers.append((prompt, text, tokens, await accepted_lengths(drafter, text, tokens, k_max)))
+        _, context, tokens, _ = max(answers, key=lambda answer: len(answer[2]))
+        rows = await measure_costs(bench, context, tokens, k_max, repeat)
+    finally:
+        await bench.aclose()
+        await server.aclose()
+    return report(rows, answers, target, k_max, repeat)
+
+
+def report(rows: dict[str, Row], answers: list[tuple], target: str, k_max: int, repeat: int) -> str:
+    wall = {key: row.median().wall_ms for key, row in rows.items()}
+    engine = {key: row.median().engine_ms for key, row in rows.items()}
+    lines = [f"{target}, prompt lookup, a clairvoyant controller (K up to {k_max}); costs: medians of {repeat} "
+             "interleaved rounds, wall ms / engine ms (x a standard token's engine time)"]
+    lines.append(f"  standard token {wall['standard']:7.1f} / {engine['standard']:6.1f}")
+    for k in range(1, k_max + 1):
+        key = f"burst{k}"
+        steps = engine[key] / engine["standard"]
+        lines.append(f"  burst, K={k}     {wall[key]:7.1f} / {engine[key]:6.1f}  (x{steps:.2f})")
+    lines.append(f"{'prompt':14} {'tokens':>6} {'drafts':>6} {'bound, wall':>11} {'engine':>7} {'eager, wall':>11}")
+    bounds: dict[str, list[tuple[float, ...]]] = {}
+    for prompt, _, tokens, accepted in answers:
+        figures, drafts = [], 0
+        for costs in (wall, engine):
+            bursts = {k: costs[f"burst{k}"] for k in range(1, k_max + 1)}
+            seconds, drafts = cheapest(accepted, costs["standard"], bursts)
+            figures.append(len(tokens) * costs["standard"] / seconds if seconds else 1.0)
+        bursts = {k: wall[f"burst{k}"] for k in range(1, k_max + 1)}
+        figures.append(len(tokens) * wall["standard"] / eager(accepted, wall["standard"], bursts) if tokens else 1.0)
+        bounds.setdefault(prompt["category"], []).append(tuple(figures))
+        lines.append(f"{prompt['id']:14} {len(tokens):6d} {drafts:6d} {figures[0]:10.2f}x {figures[1]:6.2f}x "
+                     f"{figures[2]:10.2f}x")
+    bounds["all"] = [b for category in list(bounds) for b in bounds[category]]
+    for category, values in bounds.items():
+        wall_x, engine_x, eager_x = (statistics.median(v[i] for v in values) for i in range(3))
+        lines.append(f"median, {category:9} wall {wall_x:.2f}x, engine {engine_x:.2f}x, eager {eager_x:.2f}x "
+                     f"({len(values)} prompts)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="qwen2.5-coder:1.5b")
+    parser.add_argument("--category", nargs="+", default=["edit", "summarize"])
+    parser.add_argument("--limit", type=int, default=6, help="the first N prompts of each category")
+    parser.add_argument("--k-max", type=int, default=8)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--host", default=None, help="an Ollama server (default: start the embedded server)")
+    args = parser.parse_args(argv)
+    config = BenchConfig(PROMPTS, args.target, ["lookup"], limit=args.limit, categories=args.category)
+    prompts = load_prompts(config)
+    if args.host:
+        print(asyncio.run(measure(args.host, args.target, prompts, args.k_max, args.repeat)))
+        return 0
+    from utils.embedded.server import EmbeddedServer
+
+    with EmbeddedServer() as server:
+        print(asyncio.run(measure(server.url, args.target, prompts, args.k_max, args.repeat)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
