@@ -74,3 +74,23 @@ def test_ollama_host_is_never_started_here(tmp_path):
 def test_how_a_process_ended_in_words():
     assert ended(-9) == "was killed by signal SIGKILL" and ended(1) == "exited with code 1"
     assert ended(None) == "stopped answering"
+
+
+def test_the_sidebar_question_right_after_a_kill_gets_the_restarted_server(settings):
+    """Killed a moment before a script run asks the server about itself (a dying process is reaped tens of
+    ms later, so it still looks alive): the run waits for it to end, starts it again, and asks again,
+    instead of showing "cannot reach" and leaving the question typed meanwhile unanswered (seen in CI)."""
+    from utils.app.runtime import app_server, server_info
+
+    keeper = app_server(settings)
+    try:
+        info = server_info(settings)
+        first = keeper.pid
+        os.kill(first, signal.SIGKILL)  # and at once, before it is reaped:
+        again = server_info(settings)
+        assert again.url == info.url and again.models == info.models
+        assert keeper.pid not in (None, first)
+        assert [r.why for r in keeper.restarts] == ["was killed by signal SIGKILL"]
+    finally:
+        if keeper.embedded:
+            keeper.embedded.stop()

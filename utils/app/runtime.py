@@ -168,6 +168,20 @@ class ServerInfo:
 def server_info(settings: Settings) -> ServerInfo:
     """What the server says about itself (read once per client), and its models (read every time, so
     newly installed ones show); raises HostError or ServerError when there is no server."""
+    try:
+        return _ask_server(settings)
+    except ServerUnreachable:
+        # The embedded server may have been killed a moment ago: a dying process is not yet reaped
+        # (tens of ms, more on a loaded machine), so `server_url` saw it running and the question went
+        # to a socket that closed. Once it has ended it is started again, and asked once more.
+        keeper = app_server(settings)
+        with st.spinner("Starting the embedded server…"):
+            if keeper.revive() is None or keeper.pid is None:
+                raise
+        return _ask_server(settings)
+
+
+def _ask_server(settings: Settings) -> ServerInfo:
     url = server_url(settings)
     client = server(settings, url)
 
