@@ -6,6 +6,7 @@ import pytest
 
 from utils.engine.controller import (
     MAX_PROBE_EVERY,
+    MAX_RETRY_ANSWERS,
     MAX_SEGMENT_TOKENS,
     PROBE_EVERY,
     RETRY_ANSWERS,
@@ -159,15 +160,16 @@ def test_a_draft_after_a_standard_segment_is_charged_its_catch_up_apart() -> Non
     assert controller.probe_every == PROBE_EVERY  # 5 tokens in 80 ms beat 50 ms a token: it paid
 
 
-def test_a_server_that_verifies_one_request_at_a_time_is_skipped_with_a_retry_now_and_then() -> None:
+def test_a_server_that_verifies_one_request_at_a_time_is_skipped_with_rarer_and_rarer_retries() -> None:
     """Verifying K drafts there costs K+1 standard tokens and more: no K pays even if all are accepted,
-    so whole answers go standard, except one in RETRY_ANSWERS, which forgets and measures again."""
+    so whole answers go standard, but for a retry that forgets and measures again: after RETRY_ANSWERS
+    skipped answers, then after twice as many each time the retry finds the same, up to MAX_RETRY_ANSWERS."""
     controller = measured()
     assert controller.can_pay() and not controller.skips()  # nothing measured yet
     controller.record_verification(4, 5.5 * STANDARD)  # 5 requests one after another, plus HTTP
     assert not controller.can_pay()
     decisions = []
-    for _ in range(2 * RETRY_ANSWERS):
+    for _ in range(RETRY_ANSWERS * (1 + 2 + 4 + 8 + 8 + 8)):
         skip = controller.skips()
         decisions.append(skip)
         if skip:
@@ -175,7 +177,24 @@ def test_a_server_that_verifies_one_request_at_a_time_is_skipped_with_a_retry_no
         elif not controller.verify_seconds:  # the retry measures again, and finds the same
             assert controller.can_pay()
             controller.record_verification(4, 5.5 * STANDARD)
-    assert decisions == ([True] * (RETRY_ANSWERS - 1) + [False]) * 2
+    retries = [index + 1 for index, skip in enumerate(decisions) if not skip]
+    assert [b - a for a, b in zip([0, *retries], retries)] == [8, 16, 32, 64, 64, 64]
+    assert MAX_RETRY_ANSWERS == 64 and RETRY_ANSWERS == 8
+
+
+def test_a_retry_that_pays_brings_the_retries_back_to_their_first_rate() -> None:
+    controller = measured()
+    controller.record_verification(4, 5.5 * STANDARD)
+    for _ in range(RETRY_ANSWERS + 2 * RETRY_ANSWERS):  # two retries that did not pay
+        if controller.skips():
+            controller.record_skip()
+        elif not controller.verify_seconds:
+            controller.record_verification(4, 5.5 * STANDARD)
+    assert controller.retry_every == 4 * RETRY_ANSWERS
+    while controller.skips():
+        controller.record_skip()
+    controller.record_round(4, 4, 4, 0.0, 2 * STANDARD)  # the server batches now: 5 tokens for 2
+    assert controller.retry_every == RETRY_ANSWERS and not controller.skips()
 
 
 def test_a_batching_server_is_never_skipped() -> None:

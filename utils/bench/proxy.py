@@ -37,6 +37,13 @@ def _tokens_per_second(client: ollama.Client, model: str, prompt: str, max_token
     return (answer.eval_count or 0) / (time.perf_counter() - started)
 
 
+def _modes(source: str) -> dict[str, int]:
+    """The proxy's /api/chat answers so far by mode (speculative, forwarded), from /metrics text or its URL."""
+    text = httpx.get(f"{source}/metrics").text if source.startswith("http") else source
+    found = re.findall(r'spec_proxy_requests_total\{endpoint="/api/chat",mode="(\w+)"\} (\S+)', text)
+    return {"speculative": 0, "forwarded": 0, **{mode: int(float(value)) for mode, value in found}}
+
+
 def _quartiles(values: list[float]) -> str:
     if len(values) < 2:
         return ""
@@ -71,18 +78,22 @@ def main(argv: list[str] | None = None) -> int:
             for client in (direct, through):  # load the model; let the controller meet the server
                 _tokens_per_second(client, args.model, chosen[0]["prompt"], 32)
             ratios: dict[str, list[float]] = {}
+            by_mode: dict[str, list[float]] = {}
             for repeat in range(args.repeat):
                 for index, prompt in enumerate(chosen):
                     order = [direct, through] if (index + repeat) % 2 == 0 else [through, direct]
                     # The prompt evaluated once beforehand: whichever side goes first would otherwise
                     # pay for it alone (half a second for a long prompt here, against ~0.7 s of answer).
                     _tokens_per_second(direct, args.model, prompt["prompt"], 1)
+                    before = _modes(url)
                     speed = {id(c): _tokens_per_second(c, args.model, prompt["prompt"], args.max_tokens)
                              for c in order}
+                    mode = "speculated" if _modes(url)["speculative"] > before["speculative"] else "forwarded"
                     ratio = speed[id(through)] / speed[id(direct)] if speed[id(direct)] else float("nan")
                     ratios.setdefault(prompt["category"], []).append(ratio)
+                    by_mode.setdefault(mode, []).append(ratio)
                     print(f"  {prompt['id']:12} #{repeat + 1}: direct {speed[id(direct)]:6.1f} tok/s, "
-                          f"through the proxy {speed[id(through)]:6.1f} tok/s, ratio {ratio:.2f}", flush=True)
+                          f"through the proxy {speed[id(through)]:6.1f} tok/s ({mode}), ratio {ratio:.2f}", flush=True)
             counts = httpx.get(f"{url}/metrics").text
         finally:
             stop_process(process, grace=10)
@@ -92,10 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     everything = [r for values in ratios.values() for r in values]
     for category, values in [*ratios.items(), ("all", everything)]:
         print(f"  {category:10} {statistics.median(values):.2f}x {_quartiles(values)}  n={len(values)}")
-    modes = {mode: int(float(value)) for mode, value in re.findall(r'spec_proxy_requests_total\{endpoint="/api/chat",'
-                                                                r'mode="(\w+)"\} (\S+)', counts)}
+    for mode, values in sorted(by_mode.items()):
+        print(f"  {mode:10} {statistics.median(values):.2f}x {_quartiles(values)}  n={len(values)}")
+    modes = _modes(counts)
     skipped = re.search(r'spec_proxy_forwarded_total\{endpoint="/api/chat",reason="no_gain"\} (\S+)', counts)
-    print(f"  through the proxy: {modes.get('speculative', 0)} answers speculated, {modes.get('forwarded', 0)} "
+    print(f"  through the proxy: {modes['speculative']} answers speculated, {modes['forwarded']} "
           f"forwarded ({int(float(skipped.group(1))) if skipped else 0} because speculation had not paid lately)")
     return 0
 

@@ -8,7 +8,9 @@ now and then, so a server that serialises requests or a draft that keeps missing
 Where the last SKIP_AFTER probes did not pay, or verifying was measured to cost so much
 that no K could pay even with every draft accepted (a server that evaluates a validator's requests
 one at a time), whole answers go standard (`skips`): one request, nothing in between to slow it.
-One answer in RETRY_ANSWERS speculates anyway, since the server or the prompts may have changed.
+Now and then an answer speculates anyway, since the server or the prompts may have changed: the 8th
+skipped answer, then, while those retries keep not paying, the 16th, 32nd, up to the 64th, so that
+a server where speculation never pays costs little more than going to it directly.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ SEGMENT_TOKENS = 16  # a standard segment between two decisions while K = 0 ...
 MAX_SEGMENT_TOKENS = 128  # ... longer while probes keep failing: each segment is a new request
 MARGIN = 1.02  # speculation must beat standard by this factor: noise should not tip it
 SKIP_AFTER = 4  # probes in a row that did not pay, after which whole answers go standard ...
-RETRY_ANSWERS = 8  # ... but for one answer in this many, which speculates anyway
+RETRY_ANSWERS = 8  # ... but for one answer in this many, which speculates anyway ...
+MAX_RETRY_ANSWERS = 64  # ... doubled after each retry that did not pay, up to this
 
 
 def _blend(old: float | None, new: float) -> float:
@@ -45,6 +48,7 @@ class DraftLengthController:
     probe_every: int = PROBE_EVERY
     failed_probes: int = 0  # rounds in a row that drafted something and did not pay
     skipped: int = 0  # answers in a row that went standard because speculation could not pay
+    retry_every: int = RETRY_ANSWERS  # the answer that speculates again after so many (skips)
 
     def __post_init__(self) -> None:
         if not self.acceptance:
@@ -100,11 +104,13 @@ class DraftLengthController:
         answer that retries forgets what verifying cost and probes as often as at first."""
         if self.fixed_k is not None or (self.can_pay() and self.failed_probes < SKIP_AFTER):
             return False
-        if self.skipped + 1 < RETRY_ANSWERS:
+        if self.skipped + 1 < self.retry_every:
             return True
-        # One more probe that does not pay, and answers go standard again.
+        # One more probe that does not pay, and answers go standard again, for twice as long (a probe
+        # that pays brings the retries back to RETRY_ANSWERS, in `record_round`).
         self.skipped, self.probe_every, self.verify_seconds = 0, PROBE_EVERY, {}
         self.failed_probes = SKIP_AFTER - 1
+        self.retry_every = min(2 * self.retry_every, MAX_RETRY_ANSWERS)
         return False
 
     def record_skip(self) -> None:
@@ -135,6 +141,8 @@ class DraftLengthController:
             self.probe_every = PROBE_EVERY if paid else min(2 * self.probe_every, MAX_PROBE_EVERY)
             if drafted:  # an empty draft says nothing of the server, and a free drafter's costs nothing
                 self.failed_probes = 0 if paid else self.failed_probes + 1
+                if paid:
+                    self.retry_every = RETRY_ANSWERS
         if drafted:
             self.draft_seconds_per_token = _blend(self.draft_seconds_per_token, draft_seconds / drafted)
             self.verify_seconds[drafted] = _blend(self.verify_seconds.get(drafted), verify_seconds)

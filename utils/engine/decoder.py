@@ -23,7 +23,7 @@ import numpy as np
 from utils.burst import announce
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.config import EngineConfig
-from utils.engine.controller import RETRY_ANSWERS, DraftLengthController, controller_for
+from utils.engine.controller import MAX_RETRY_ANSWERS, RETRY_ANSWERS, DraftLengthController, controller_for
 from utils.engine.drafters import Draft, Drafter, DraftSetup, build_drafter
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
 from utils.engine.output import Output
@@ -41,7 +41,8 @@ FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the ser
                  "not apply: generated standard")
 NO_GAIN_REASON = ("speculation has not paid on this server lately (the drafts were empty or rejected, or "
                   "verifying them cost as much as generating the tokens): generated standard in one request; "
-                  f"one answer in {RETRY_ANSWERS} tries speculation again")
+                  f"it tries speculation again after {RETRY_ANSWERS} such answers, then after twice as many each "
+                  f"time it still does not pay, up to {MAX_RETRY_ANSWERS}")
 
 
 @dataclass
