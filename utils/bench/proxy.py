@@ -30,11 +30,12 @@ from utils.processes import free_port, stop_process, wait_until_healthy
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _tokens_per_second(client: ollama.Client, model: str, prompt: str, max_tokens: int) -> float:
+def _answer(client: ollama.Client, model: str, prompt: str, max_tokens: int) -> tuple[int, float]:
+    """Tokens answered (eval_count) and the wall time of the answer, as the client saw it."""
     started = time.perf_counter()
     answer = client.chat(model=model, messages=[{"role": "user", "content": prompt}],
                          options={"temperature": 0, "num_predict": max_tokens})
-    return (answer.eval_count or 0) / (time.perf_counter() - started)
+    return answer.eval_count or 0, time.perf_counter() - started
 
 
 def _modes(source: str) -> dict[str, int]:
@@ -76,21 +77,24 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             direct, through = ollama.Client(host=upstream.url), ollama.Client(host=url)
             for client in (direct, through):  # load the model; let the controller meet the server
-                _tokens_per_second(client, args.model, chosen[0]["prompt"], 32)
+                _answer(client, args.model, chosen[0]["prompt"], 32)
             ratios: dict[str, list[float]] = {}
             by_mode: dict[str, list[float]] = {}
+            seconds = {"direct": 0.0, "through": 0.0}  # the whole run's answering time each way
             for repeat in range(args.repeat):
                 for index, prompt in enumerate(chosen):
                     order = [direct, through] if (index + repeat) % 2 == 0 else [through, direct]
                     # The prompt evaluated once beforehand: whichever side goes first would otherwise
                     # pay for it alone (half a second for a long prompt here, against ~0.7 s of answer).
-                    _tokens_per_second(direct, args.model, prompt["prompt"], 1)
+                    _answer(direct, args.model, prompt["prompt"], 1)
                     before = _modes(url)
-                    speed = {id(c): _tokens_per_second(c, args.model, prompt["prompt"], args.max_tokens)
-                             for c in order}
+                    answers = {id(c): _answer(c, args.model, prompt["prompt"], args.max_tokens) for c in order}
+                    speed = {key: tokens / wall for key, (tokens, wall) in answers.items()}
                     mode = "speculated" if _modes(url)["speculative"] > before["speculative"] else "forwarded"
                     ratio = speed[id(through)] / speed[id(direct)] if speed[id(direct)] else float("nan")
                     ratios.setdefault(prompt["category"], []).append(ratio)
+                    for side, client in (("direct", direct), ("through", through)):
+                        seconds[side] += answers[id(client)][1]
                     by_mode.setdefault(mode, []).append(ratio)
                     print(f"  {prompt['id']:12} #{repeat + 1}: direct {speed[id(direct)]:6.1f} tok/s, "
                           f"through the proxy {speed[id(through)]:6.1f} tok/s ({mode}), ratio {ratio:.2f}", flush=True)
@@ -105,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {category:10} {statistics.median(values):.2f}x {_quartiles(values)}  n={len(values)}")
     for mode, values in sorted(by_mode.items()):
         print(f"  {mode:10} {statistics.median(values):.2f}x {_quartiles(values)}  n={len(values)}")
+    print(f"  the whole run, as time spent answering: {seconds['direct'] / seconds['through']:.3f}x "
+          f"({seconds['direct']:.1f} s direct, {seconds['through']:.1f} s through the proxy)")
     modes = _modes(counts)
     skipped = re.search(r'spec_proxy_forwarded_total\{endpoint="/api/chat",reason="no_gain"\} (\S+)', counts)
     print(f"  through the proxy: {modes['speculative']} answers speculated, {modes['forwarded']} "
