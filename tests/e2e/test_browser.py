@@ -12,10 +12,11 @@ Run: `.venv/bin/python -m pytest tests/e2e -x -q` (Chromium from `bash scripts/i
 from __future__ import annotations
 
 import re
+import time
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import TARGET
+from tests.e2e.conftest import TARGET, cores_used, server_pid
 from tests.e2e.driving import (
     ANSWER_TIMEOUT,
     COMPARE_PROMPT,
@@ -140,7 +141,7 @@ def test_compare_runs_standard_and_speculative_side_by_side(page: Page, app_url:
     screenshot(page, "compare.png")
 
 
-def test_stop_keeps_the_partial_answer_and_the_input_waits(page: Page, app_url: str):
+def test_stop_keeps_the_partial_answer_and_the_input_waits(page: Page, app_url: str, server_url: str):
     open_app(page, app_url)
     set_number(page, "Max tokens", 400)
     set_switch(page, "Speculative decoding", False)
@@ -156,6 +157,9 @@ def test_stop_keeps_the_partial_answer_and_the_input_waits(page: Page, app_url: 
     expect(stop).to_be_visible(timeout=ANSWER_TIMEOUT)
     page.wait_for_function("window.__stream.partials >= 3", timeout=ANSWER_TIMEOUT)
     expect(box).to_be_disabled()
+    engine = server_pid(server_url)
+    if engine is not None:  # the test session's own server (not one at OLLAMA_HOST_FOR_TESTS)
+        assert cores_used(engine, 0.5) > 0.5, "the engine was not busy with the answer before Stop"
     stop.click()
 
     # Stopped: the partial answer stays, marked, and the input is back.
@@ -168,6 +172,12 @@ def test_stop_keeps_the_partial_answer_and_the_input_waits(page: Page, app_url: 
     assert "1" in partial and "▌" not in partial
     expect(stop).to_have_count(0)
     expect(box).to_be_enabled()
+    # The engine stopped too (400 tokens take well over 10 s here): within a few seconds it is idle.
+    if engine is not None:
+        deadline = time.monotonic() + 10
+        while (busy := cores_used(engine, 1.0)) > 0.1 and time.monotonic() < deadline:
+            pass
+        assert busy <= 0.1, f"the engine still used {busy:.2f} cores after Stop"
 
     # It was saved so: a reload shows it again.
     rerun_after(page, page.reload, timeout=ANSWER_TIMEOUT)
