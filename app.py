@@ -7,6 +7,7 @@ settings), leaves them in st.session_state for the pages, then runs the page tha
 import streamlit as st
 
 from config import get_settings
+from utils.app import clipboard
 from utils.app.sidebar import sidebar
 
 st.set_page_config(page_title="Speculative decoding for Ollama", page_icon="⚡", layout="wide")
@@ -19,4 +20,5 @@ page = st.navigation([
     st.Page("pages/proxy.py", title="Proxy", icon=":material/swap_horiz:"),
 ])
 st.session_state.server, st.session_state.choices = sidebar(get_settings())
+clipboard.install()  # what makes the answers' Copy buttons copy
 page.run()

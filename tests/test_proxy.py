@@ -249,7 +249,8 @@ def test_client_that_disconnects_leaves_no_work_upstream(tmp_path):
 
 def test_serialising_upstream_still_gives_correct_answers_and_is_then_forwarded_to(tmp_path):
     """Verifying K drafts there costs K+1 standard tokens: once the controller has measured that,
-    the proxy passes answers on unchanged (reason no_gain), but for a retry now and then (rarer while retries do not pay)."""
+    the proxy passes answers on unchanged (reason no_gain), but for a retry now and then (rarer while
+    retries do not pay)."""
     upstream = EmbeddedServer(batch=False, log_path=tmp_path / "upstream.log")
     upstream.start()
     try:

@@ -51,11 +51,22 @@ def test_an_example_prompt_answers_with_its_drafter(page: Page, own_server_app: 
     expect(page.get_by_test_id("stChatMessage").first).to_contain_text("Add type hints and a docstring")
     answer = assistant_messages(page).last
     assert answer.get_by_test_id("stChatMessageContent").inner_text().strip()
-    # The code it gives back is a rendered code block, with the text the drafter got right highlighted in it.
+    # The code it gives back is a rendered code block, syntax-coloured, with the text the drafter got
+    # right highlighted in it.
     expect(answer.locator(f"pre code {DRAFT_SPAN}").first).to_be_visible()
+    expect(answer.locator('pre code span[style*="color: #"]').first).to_be_visible()
+
+    # Copy buttons: the code block's copies its code, the answer's the answer as the model wrote it.
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=own_server_app.url)
+    block = answer.locator("pre").first
+    block.locator("xpath=..").get_by_role("button", name="Copy", exact=True).click()
+    expect(block.locator("xpath=..").get_by_role("button", name="Copied")).to_be_visible()
+    assert page.evaluate("navigator.clipboard.readText()") == block.text_content().rstrip("\n")
     stats = answer_stats(answer)
     assert stats.get("mode") == "speculative" and stats.get("drafter") == "lookup", stats
     expect(complete).to_have_count(0)  # the examples are for an empty conversation
     store = ConversationStore(own_server_app.data_dir / "conversations.sqlite3")
     [conversation] = [c for c in store.conversations() if c["title"].startswith("Add type hints")]
     assert [m["role"] for m in store.messages(conversation["id"])] == ["user", "assistant"]
+    answer.get_by_role("button", name="Copy answer").click()
+    assert page.evaluate("navigator.clipboard.readText()") == store.messages(conversation["id"])[1]["content"]

@@ -13,6 +13,7 @@ from typing import Any
 import streamlit as st
 
 from config import Settings
+from utils.app import clipboard
 from utils.app.charts import CHART_REFRESH_SECONDS, answer_figure, chart_key
 from utils.app.highlight import pieces_html
 from utils.app.runtime import context_full, failure_text, iterate, server
@@ -84,13 +85,20 @@ async def answer_events(settings: Settings, client: OllamaServer, target: str, d
         yield event
 
 
-def show_text(slot, text: str, pieces: list[list[str]] | None, highlight: bool, cursor: bool = False) -> None:
+def show_text(slot, text: str, pieces: list[list[str]] | None, highlight: bool, cursor: bool = False,
+              copy: bool = True) -> None:
     """Draw an answer in `slot` (a placeholder or container): rendered Markdown, with the accepted draft
-    text highlighted inside it when asked (utils.app.highlight), or Streamlit's own Markdown."""
+    text highlighted inside it when asked (utils.app.highlight), or Streamlit's own Markdown; once it
+    is done (no `cursor`), with `copy` a button under it copies it as Markdown."""
     if highlight and pieces:
-        slot.html(pieces_html(pieces, cursor=cursor))
-    elif text or cursor:
+        shown = pieces_html(pieces, cursor=cursor)
+        slot.html(shown + clipboard.answer_button(text) if copy and not cursor else shown)
+    elif cursor or (text and not copy):
         slot.markdown(text + ("▌" if cursor else ""))
+    elif text:
+        with slot.container():
+            st.markdown(text)
+            st.html(clipboard.answer_button(text))
     else:
         slot.caption("(no text)")
 
@@ -158,7 +166,8 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
     """One stored message, as st.chat_message, with its stats one click away and `actions` (buttons)
     drawn at its foot."""
     with st.chat_message(message["role"]):
-        show_text(st.container(), message["content"], message.get("pieces"), highlight)
+        show_text(st.container(), message["content"], message.get("pieces"), highlight,
+                  copy=message["role"] == "assistant")
         stats = message.get("stats")
         for fallback in (stats or {}).get("fallbacks", []):
             st.info(f"After {fallback['at_token']} tokens, {fallback['reason']}.")

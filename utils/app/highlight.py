@@ -1,5 +1,6 @@
 """An answer rendered as Markdown with its accepted draft text highlighted inside it: in paragraphs,
-lists, tables, inline code and code blocks alike (a `<pre><code>` with highlighted spans inside).
+lists, tables, inline code and code blocks alike (a `<pre><code>` with highlighted spans inside, its
+syntax coloured by Pygments where the block names a language, and a Copy button once the answer is done).
 
 The draft pieces are wrapped in two private-use characters before the Markdown is rendered, so the
 Markdown parser sees (almost) the text itself; afterwards each stretch of text between the markers is
@@ -9,10 +10,17 @@ whatever the Markdown made of the text around them. Raw HTML in an answer is sho
 
 from __future__ import annotations
 
+import html
 import itertools
 import re
 
 from markdown_it import MarkdownIt
+from pygments.lexers import get_lexer_by_name
+from pygments.styles import get_style_by_name
+from pygments.token import Whitespace
+from pygments.util import ClassNotFound
+
+from utils.app import clipboard
 
 DRAFT_COLOUR = "rgba(46, 160, 67, 0.28)"  # the background of accepted draft tokens in the text
 DRAFT_SPAN = f'<span style="background-color: {DRAFT_COLOUR}; border-radius: 2px">'
@@ -24,8 +32,46 @@ CONTAINER_STYLE = "line-height: 1.6"
 TABLE_STYLE = "border-collapse: collapse; margin: 0.5em 0"
 CELL_STYLE = "border: 1px solid rgba(128, 128, 128, 0.3); padding: 0.25em 0.6em; "
 
-_markdown = MarkdownIt("commonmark", {"html": False}).enable("table").enable("strikethrough")
+_SYNTAX_STYLE = get_style_by_name("default")  # dark enough on the light theme, as GitHub's
+
+
+def _coloured(code: str, language: str, _attrs: object = None) -> str:
+    """A fenced block's code as HTML with Pygments' colours inline, the draft marks kept where they
+    were; "" (markdown-it then escapes it plainly) for a language Pygments does not know."""
+    try:
+        lexer = get_lexer_by_name(language, stripnl=False, ensurenl=False)
+    except ClassNotFound:
+        return ""
+    clean = code.replace(START, "").replace(END, "")
+    marks, offset = [], 0  # (where in the clean text, which mark)
+    for match in re.finditer(f"[{START}{END}]", code):
+        marks.append((match.start() - offset, match.group()))
+        offset += 1
+    tokens = list(lexer.get_tokens(clean))
+    if "".join(value for _, value in tokens) != clean:  # a lexer that rewrote the text: leave it plain
+        return ""
+    out, position, next_mark = [], 0, 0
+    for kind, value in tokens:
+        pieces, start = [], position
+        for index, char in enumerate(value):  # the marks that fall inside this token, in order
+            while next_mark < len(marks) and marks[next_mark][0] == start + index:
+                pieces.append(marks[next_mark][1])
+                next_mark += 1
+            pieces.append(char)
+        position += len(value)
+        text = html.escape("".join(pieces), quote=False)
+        style = _SYNTAX_STYLE.style_for_token(kind)
+        css = "; ".join(part for part in (style["color"] and f"color: #{style['color']}",
+                                          style["bold"] and "font-weight: bold",
+                                          style["italic"] and "font-style: italic") if part)
+        out.append(f'<span style="{css}">{text}</span>' if css and kind not in Whitespace else text)
+    out += [mark for _, mark in marks[next_mark:]]  # marks after the last character
+    return "".join(out)
+
+
+_markdown = MarkdownIt("commonmark", {"html": False, "highlight": _coloured}).enable("table").enable("strikethrough")
 _TAG = re.compile(r"(<[^>]*>)")
+_PRE = re.compile(r"<pre[ >].*?</pre>", re.DOTALL)
 _CELL = re.compile(r'<(th|td)( style="([^"]*)")?>')
 # A mark at the start of a line goes after the line's block syntax, which must start the line.
 _BLOCK_START = re.compile(f"^({START})([ \t]*(?:(?:[-*+]|\\d+[.)])[ \t]+|#{{1,6}}[ \t]+|>[ \t]?|`{{3,}}|~{{3,}})*)",
@@ -54,13 +100,16 @@ def _marks_after(match: re.Match) -> str:
 
 
 def pieces_html(pieces: list[list[str]], cursor: bool = False) -> str:
-    """The answer as rendered Markdown, accepted draft text on a green background."""
+    """The answer as rendered Markdown, accepted draft text on a green background; while it streams
+    (`cursor`) a typing cursor at its end, once done a Copy button on each code block."""
     text = marked_text(pieces) + (CURSOR if cursor else "")
     rendered = _markdown.render(_close_open_fence(text))
-    rendered = rendered.replace("<pre>", f'<pre style="{PRE_STYLE}">')
     rendered = rendered.replace("<table>", f'<table style="{TABLE_STYLE}">')
     rendered = _CELL.sub(lambda m: f'<{m[1]} style="{CELL_STYLE}{m[3] or ""}">', rendered)
-    return f'<div style="{CONTAINER_STYLE}">{_spans(rendered)}</div>'
+    rendered = _spans(rendered).replace("<pre>", f'<pre style="{PRE_STYLE}">')
+    if not cursor:
+        rendered = _PRE.sub(lambda m: clipboard.code_block(m.group()), rendered)
+    return f'<div style="{CONTAINER_STYLE}">{rendered}</div>'
 
 
 def _close_open_fence(text: str) -> str:
