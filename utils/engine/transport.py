@@ -12,6 +12,7 @@ everything else (the app, the proxy) keeps httpx.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections.abc import AsyncIterator, Awaitable
 from typing import TypeVar
@@ -33,7 +34,18 @@ class Connection:
         try:
             self.writer.close()
         except RuntimeError:  # its event loop is closed already
+            return
+        # A connection the server reset keeps that error on the stream's "closed" future too, which
+        # asyncio would log as never retrieved: wait for it (and drop it) in the background.
+        try:
+            asyncio.get_running_loop().create_task(_closed(self.writer))
+        except RuntimeError:  # closed from outside its loop: nothing to wait with
             pass
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
 
 
 class Response:
