@@ -584,7 +584,7 @@ def test_code_in_a_language_pygments_does_not_know_is_plain_and_marks_survive_ev
     from utils.app.highlight import pieces_html
 
     plain = pieces_html([["```klingon\nqapla' ", "standard"], ["batlh", "draft"], ["\n```\n", "standard"]])
-    assert '<code class="language-klingon">qapla&#x27; ' in plain or "<code class=\"language-klingon\">qapla' " in plain
+    assert "<code class=\"language-klingon\">qapla' " in plain
     assert drafted(plain) == ["batlh"]
     # A draft that starts and ends inside tokens, and one at the very end of the block.
     pieces = [["```python\nprint(", "standard"], ["'hel", "draft"], ["lo')\nx = 4", "standard"], ["2", "draft"],

@@ -93,14 +93,14 @@ def show_text(slot, text: str, pieces: list[list[str]] | None, highlight: bool, 
     if highlight and pieces:
         shown = pieces_html(pieces, cursor=cursor)
         slot.html(shown + clipboard.answer_button(text) if copy and not cursor else shown)
-    elif cursor or (text and not copy):
+    elif not text and not cursor:
+        slot.caption("(no text)")
+    elif cursor or not copy:
         slot.markdown(text + ("▌" if cursor else ""))
-    elif text:
+    else:
         with slot.container():
             st.markdown(text)
             st.html(clipboard.answer_button(text))
-    else:
-        slot.caption("(no text)")
 
 
 def stream_answer(settings: Settings, url: str, choices: Choices, request: GenerationRequest, *,

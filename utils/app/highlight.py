@@ -52,13 +52,13 @@ def _coloured(code: str, language: str, _attrs: object = None) -> str:
         return ""
     out, position, next_mark = [], 0, 0
     for kind, value in tokens:
-        pieces, start = [], position
-        for index, char in enumerate(value):  # the marks that fall inside this token, in order
-            while next_mark < len(marks) and marks[next_mark][0] == start + index:
-                pieces.append(marks[next_mark][1])
-                next_mark += 1
-            pieces.append(char)
-        position += len(value)
+        end, pieces = position + len(value), []
+        while next_mark < len(marks) and marks[next_mark][0] < end:  # the marks inside this token
+            at, mark = marks[next_mark]
+            pieces += [clean[position:at], mark]
+            position, next_mark = at, next_mark + 1
+        pieces.append(clean[position:end])
+        position = end
         text = html.escape("".join(pieces), quote=False)
         style = _SYNTAX_STYLE.style_for_token(kind)
         css = "; ".join(part for part in (style["color"] and f"color: #{style['color']}",
@@ -104,9 +104,10 @@ def pieces_html(pieces: list[list[str]], cursor: bool = False) -> str:
     (`cursor`) a typing cursor at its end, once done a Copy button on each code block."""
     text = marked_text(pieces) + (CURSOR if cursor else "")
     rendered = _markdown.render(_close_open_fence(text))
+    rendered = rendered.replace("<pre>", f'<pre style="{PRE_STYLE}">')
     rendered = rendered.replace("<table>", f'<table style="{TABLE_STYLE}">')
     rendered = _CELL.sub(lambda m: f'<{m[1]} style="{CELL_STYLE}{m[3] or ""}">', rendered)
-    rendered = _spans(rendered).replace("<pre>", f'<pre style="{PRE_STYLE}">')
+    rendered = _spans(rendered)
     if not cursor:
         rendered = _PRE.sub(lambda m: clipboard.code_block(m.group()), rendered)
     return f'<div style="{CONTAINER_STYLE}">{rendered}</div>'

@@ -38,10 +38,9 @@ def _answer(client: ollama.Client, model: str, prompt: str, max_tokens: int) -> 
     return answer.eval_count or 0, time.perf_counter() - started
 
 
-def _modes(source: str) -> dict[str, int]:
-    """The proxy's /api/chat answers so far by mode (speculative, forwarded), from /metrics text or its URL."""
-    text = httpx.get(f"{source}/metrics").text if source.startswith("http") else source
-    found = re.findall(r'spec_proxy_requests_total\{endpoint="/api/chat",mode="(\w+)"\} (\S+)', text)
+def _modes(metrics: str) -> dict[str, int]:
+    """The proxy's /api/chat answers so far by mode (speculative, forwarded), from its /metrics text."""
+    found = re.findall(r'spec_proxy_requests_total\{endpoint="/api/chat",mode="(\w+)"\} (\S+)', metrics)
     return {"speculative": 0, "forwarded": 0, **{mode: int(float(value)) for mode, value in found}}
 
 
@@ -87,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
                     # The prompt evaluated once beforehand: whichever side goes first would otherwise
                     # pay for it alone (half a second for a long prompt here, against ~0.7 s of answer).
                     _answer(direct, args.model, prompt["prompt"], 1)
-                    before = _modes(url)
+                    before = _modes(httpx.get(f"{url}/metrics").text)
                     answers = {id(c): _answer(c, args.model, prompt["prompt"], args.max_tokens) for c in order}
                     speed = {key: tokens / wall for key, (tokens, wall) in answers.items()}
-                    mode = "speculated" if _modes(url)["speculative"] > before["speculative"] else "forwarded"
+                    after = _modes(httpx.get(f"{url}/metrics").text)
+                    mode = "speculated" if after["speculative"] > before["speculative"] else "forwarded"
                     ratio = speed[id(through)] / speed[id(direct)] if speed[id(direct)] else float("nan")
                     ratios.setdefault(prompt["category"], []).append(ratio)
                     for side, client in (("direct", direct), ("through", through)):

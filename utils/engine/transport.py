@@ -35,6 +35,8 @@ class Connection:
             self.writer.close()
         except RuntimeError:  # its event loop is closed already
             return
+        if self.reader.exception() is None:
+            return
         # A connection the server reset keeps that error on the stream's "closed" future too, which
         # asyncio would log as never retrieved: wait for it (and drop it) in the background.
         try:
