@@ -91,20 +91,23 @@ def _register(store, args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from utils.embedded.library import DEFAULT_OLLAMA_DIR, LibraryError, import_ollama, register_file
+    from utils.embedded.parameters import ParameterError, from_text
 
     try:
         if args.action == "add":
             if len(args.names) != 2:
-                print("usage: python cli.py models add NAME FILE.gguf", file=sys.stderr)
+                print("usage: python cli.py models add NAME FILE.gguf [--param NAME=VALUE ...]", file=sys.stderr)
                 return 2
-            spec = register_file(store, args.names[0], Path(args.names[1]), f"models add {args.names[1]}")
+            parameters = from_text(pair.partition("=")[::2] for pair in args.param)  # Modelfile PARAMETER lines
+            spec = register_file(store, args.names[0], Path(args.names[1]), f"models add {args.names[1]}",
+                                 parameters=parameters)
             print(f"{spec.name}: registered ({spec.file}, {spec.size / 1e6:,.0f} MB, sha256 {spec.sha256[:12]}…)")
             return 0
         if len(args.names) > 1:
             print("usage: python cli.py models import-ollama [DIR]", file=sys.stderr)
             return 2
         imported = import_ollama(store, Path(args.names[0]) if args.names else DEFAULT_OLLAMA_DIR)
-    except LibraryError as error:
+    except (LibraryError, ParameterError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     for item in imported:
@@ -298,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="add NAME FILE.gguf: serve your GGUF file; import-ollama [DIR]: the models of an "
                              "Ollama installation (default ~/.ollama/models), used in place")
     models.add_argument("names", nargs="*", help="model names (install: default target, draft, smollm2)")
+    models.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                        help='add: a Modelfile parameter of the model (repeatable: --param temperature=0 '
+                             '--param stop="def "), applied under each request\'s options')
     models.set_defaults(run=cmd_models)
 
     generate = commands.add_parser("generate", help="answer one prompt, standard or speculative")

@@ -74,7 +74,7 @@ if streaming is not None:
     try:
         with st.chat_message("assistant"):
             st.button("Stop", icon=":material/stop:", key="stop", help="stop the answer here; what it said is kept")
-            request = choices.request(chat_history(messages))
+            request = choices.request(chat_history(messages), settings.engine)
             stream_answer(settings, server.url, choices, request, highlight=highlight, baseline=baseline,
                           answer=answer)
     except BaseException:  # Stop, or any rerun (a setting, another page) while it streamed

@@ -311,8 +311,10 @@ class RecordingServer:
 
 async def test_verify_greedy_sends_every_prefix_and_counts_the_prompt() -> None:
     server = RecordingServer({"ctx": step("A"), "ctxA": step("B"), "ctxAX": step("C")})
-    validator = PromptPrefixValidator(server, "target", num_ctx=2048)
-    verdict = await validator.verify("ctx", Draft(["A", "X"]), GREEDY, "greedy", np.random.default_rng(0))
+    validator = PromptPrefixValidator(server, "target")
+    verdict = await validator.verify("ctx", Draft(["A", "X"]), GREEDY, "greedy", np.random.default_rng(0),
+                                     {"num_ctx": 2048})
+    # The client's own options go with every request (a num_ctx only because the client sent one).
     assert server.calls == [("target", prompt, {"num_ctx": 2048, "temperature": 0}, 0)
                             for prompt in ("ctx", "ctxA", "ctxAX")]
     assert verdict == Verdict(accepted=1, pieces=[("A", "draft"), ("B", "correction")], prompt_tokens=7)
@@ -322,11 +324,13 @@ async def test_verify_greedy_sends_every_prefix_and_counts_the_prompt() -> None:
 async def test_verify_sample_match_gives_each_position_its_own_seed() -> None:
     server = RecordingServer({"c": step("A"), "cA": step("\ufffd"), "cAB": step("C")})
     options = SamplingOptions(temperature=0.8, top_k=40, top_p=0.9, min_p=0.0, seed=99)
-    verdict = await PromptPrefixValidator(server, "t", 512).verify("c", Draft(["A", "B"]), options, "sample-match",
-                                                                    np.random.default_rng(5))
+    sent = {"temperature": 0.8, "seed": 99}  # what the client sent; upstream adds the model's parameters
+    verdict = await PromptPrefixValidator(server, "t").verify("c", Draft(["A", "B"]), options, "sample-match",
+                                                              np.random.default_rng(5), sent)
     seeds = [int(s) for s in np.random.default_rng(5).integers(0, 2**31 - 1, size=3)]
-    # The answer's own seed is not sent: each position has its own.
-    base = {"num_ctx": 512, "temperature": 0.8, "top_k": 40, "top_p": 0.9, "min_p": 0.0}
+    # The answer's own seed is not sent: each position has its own. Nothing is added to the client's
+    # options (no top_k, top_p, min_p or num_ctx of the engine's), so upstream samples as asked directly.
+    base = {"temperature": 0.8}
     assert server.calls == [("t", prompt, {**base, "seed": seed}, 0)
                             for prompt, seed in zip(["c", "cA", "cAB"], seeds, strict=True)]
     assert len(set(seeds)) == 3
@@ -336,9 +340,9 @@ async def test_verify_sample_match_gives_each_position_its_own_seed() -> None:
 async def test_verify_rejection_asks_greedy_requests_for_the_top_log_probabilities() -> None:
     server = RecordingServer({"c": step("?", TARGET_TOP), "ca": step("?", BONUS_TOP)})
     options = OPTION_SETS[0]
-    verdict = await PromptPrefixValidator(server, "t", 512).verify("c", Draft(["a"], [DRAFT_TOP]), options, "rejection",
-                                                                    np.random.default_rng(0))
-    greedy = {"num_ctx": 512, "temperature": 0}
+    verdict = await PromptPrefixValidator(server, "t").verify("c", Draft(["a"], [DRAFT_TOP]), options, "rejection",
+                                                              np.random.default_rng(0), {"top_k": options.top_k})
+    greedy = {"top_k": options.top_k, "temperature": 0}
     assert server.calls == [("t", prompt, greedy, MAX_TOP_LOGPROBS) for prompt in ("c", "ca")]
     assert verdict.accepted == 1  # p(a) > q(a): always kept
     assert verdict.pieces[0] == ("a", "draft") and verdict.pieces[1][1] == "bonus"

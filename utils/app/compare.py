@@ -25,7 +25,7 @@ def compare(settings: Settings, url: str, choices: Choices, prompt: str, standar
     """Standard and speculative answers to `prompt`, one after the other, streamed side by side; then
     `repeats - 1` more pairs, timed only, each in the other order from the one before, so that each side
     runs as often first (on a cache the other side has not warmed) as second."""
-    request = choices.request([{"role": "user", "content": prompt}])
+    request = choices.request([{"role": "user", "content": prompt}], settings.engine)
     columns = dict(zip(("standard", "speculative"), st.columns(2)))
     columns["standard"].subheader("Standard")
     columns["speculative"].subheader(f"Speculative ({choices.drafter})")

@@ -240,9 +240,9 @@ def failure_text(error: BaseException, settings: Settings) -> str:
 
 
 def context_full(settings: Settings | None = None) -> str:
-    size = f" ({settings.engine.num_ctx} tokens)" if settings else ""
+    size = f" ({settings.engine.num_ctx} tokens)" if settings and settings.engine.num_ctx else ""
     return (f"The conversation no longer fits in the model's context{size}: start a new conversation, "
-            "or raise SPEC_NUM_CTX and restart the app.")
+            "or set a larger SPEC_NUM_CTX (or the model's num_ctx parameter) and restart the app.")
 
 
 def when(stamp: str) -> str:

@@ -12,6 +12,7 @@ from utils.app.preferences import Preferences
 from utils.app.runtime import ServerInfo, app_server, explain, run, server, server_info, store
 from utils.bench.advisor import check_parallel
 from utils.engine.client import LOGPROBS_SINCE, ServerError
+from utils.engine.config import EngineConfig
 from utils.engine.drafters import NONE, model_free_drafters
 from utils.engine.request import GenerationRequest
 from utils.engine.tokenizers import tokenizer_relation
@@ -49,9 +50,11 @@ class Choices:
         engine = settings.engine.model_copy(update={"p_min": self.p_min, "draft_top_k": self.draft_top_k})
         return settings.model_copy(update={"engine": engine})
 
-    def request(self, messages: list[dict[str, str]]) -> GenerationRequest:
-        options = SamplingOptions(temperature=self.temperature, top_k=self.top_k, seed=self.seed)
-        return GenerationRequest(messages=messages, options=options, max_tokens=self.max_tokens, k=self.k)
+    def request(self, messages: list[dict[str, str]], engine: EngineConfig | None = None) -> GenerationRequest:
+        options = SamplingOptions(temperature=self.temperature, top_k=self.top_k, seed=self.seed).to_ollama()
+        context = engine.context_options() if engine else {}
+        return GenerationRequest(messages=messages, options={**options, **context}, max_tokens=self.max_tokens,
+                                 k=self.k)
 
 
 @st.cache_data(ttl=600, show_spinner="Reading the tokenizers of the server's models…")

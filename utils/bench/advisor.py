@@ -202,7 +202,7 @@ async def check_parallel(settings: Settings, server: OllamaServer, model: str, w
     K = width - 1) one after another, then another such set all at once; median of `rounds`. A server
     that runs them in parallel answers the set in much less time than the sequence; one that queues
     them (Ollama with OLLAMA_NUM_PARALLEL=1) takes about as long. A timing, so noisy on a busy machine."""
-    options = {"num_ctx": settings.engine.num_ctx, "temperature": 0}
+    options = {**settings.engine.context_options(), "temperature": 0}
     words = "the quick brown fox jumps over the lazy dog again and again".split()
 
     def verification(tag: str) -> list[str]:

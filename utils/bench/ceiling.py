@@ -107,7 +107,7 @@ async def measure(url: str, target: str, prompts: list[dict], k_max: int, repeat
         for prompt in prompts:
             text = prompt["prompt"]
             if prompt.get("chat", True):
-                text = await server.render_chat(target, [{"role": "user", "content": text}], NUM_CTX)
+                text = await server.render_chat(target, [{"role": "user", "content": text}], {"num_ctx": NUM_CTX})
             tokens = await standard_answer(server, target, text, prompt.get("max_tokens", 128))
             answers.append((prompt, text, tokens, await accepted_lengths(drafter, text, tokens, k_max)))
         _, context, tokens, _ = max(answers, key=lambda answer: len(answer[2]))

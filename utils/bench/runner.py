@@ -34,6 +34,7 @@ import httpx
 from config import Settings
 from utils.bench.native import ANCHOR, NativeError, NativeServer, server_binary, speculation_args
 from utils.bench.report import NATIVE, PROJECT, engine_of, summarize, write_report
+from utils.embedded.api import DEFAULT_NUM_CTX
 from utils.embedded.models import ModelStore, normalize_name
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer
@@ -144,7 +145,7 @@ def _start_anchors(settings: Settings, config: BenchConfig) -> dict[tuple[str, s
                 continue
             draft = model_file(drafter) if drafter not in (STANDARD, LOOKUP) else None
             anchor = NativeServer(binary, target, speculation_args(drafter, k, draft),
-                                  threads=os.cpu_count() or 2, num_ctx=settings.engine.num_ctx)
+                                  threads=os.cpu_count() or 2, num_ctx=settings.engine.num_ctx or DEFAULT_NUM_CTX)
             anchors[(drafter, k)] = anchor
             anchor.start()
     except BaseException:
@@ -162,7 +163,7 @@ async def _raw_prompts(target: OllamaServer, config: BenchConfig, settings: Sett
     for prompt in prompts:
         if prompt.get("chat", True):
             raw[prompt["id"]] = await target.render_chat(
-                config.target, [{"role": "user", "content": prompt["prompt"]}], settings.engine.num_ctx)
+                config.target, [{"role": "user", "content": prompt["prompt"]}], settings.engine.context_options())
         else:
             raw[prompt["id"]] = prompt["prompt"]
     return raw

@@ -21,18 +21,19 @@ from typing import Any
 
 from utils.burst import announce
 from utils.engine.transport import ConnectTimeout, Transport
+from utils.errors import SpecError
 
 # Since these Ollama releases: raw prompts of a chat (`_debug_render_only`) and `logprobs`.
 RENDER_SINCE = (0, 11, 5)
 LOGPROBS_SINCE = (0, 12, 11)
 
 
-class ServerError(Exception):
+class ServerError(SpecError):
     """A server that failed, refused or could not be reached; `status` is the HTTP status if any."""
 
     def __init__(self, message: str, status: int | None = None, host: str = ""):
-        super().__init__(message)
-        self.message, self.status, self.host = message, status, host
+        super().__init__(message, status)
+        self.host = host
 
 
 class ServerUnreachable(ServerError):
@@ -89,6 +90,19 @@ class Step:
     prompt_tokens: int
 
 
+def _context_full(message: str) -> bool:
+    """A refusal of a prompt longer than the context, in each wording seen: Ollama's Go engine
+    ("... exceeds the context length ..."), and since 0.30 llama-server's own JSON error passed on as
+    the message's text (`"type": "exceed_context_size_error"`, "exceeds the available context size")."""
+    try:
+        inner = json.loads(message).get("error", {})
+        if isinstance(inner, dict) and inner.get("type") == "exceed_context_size_error":
+            return True
+    except (ValueError, AttributeError):
+        pass
+    return "context length" in message or ("exceeds" in message and "context" in message)
+
+
 def parse_version(text: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
@@ -120,6 +134,7 @@ class OllamaServer:
         self.url = _with_scheme(host)
         self.http = Transport(self.url, connect_timeout, timeout)  # keep-alive connections (transport.py)
         self._about: dict[str, Any] | None = None
+        self.described: dict[tuple[str, str], Any] = {}  # (model, digest) -> ModelInfo (model_info.py)
 
     async def aclose(self) -> None:
         self.http.close()
@@ -146,7 +161,7 @@ class OllamaServer:
         message = str(message).strip() or f"HTTP {status}"
         if status == 404:
             kind: type[ServerError] = ModelNotFound
-        elif "context length" in message or "exceeds" in message and "context" in message:
+        elif _context_full(message):
             kind = ContextFull
         elif 400 <= status < 500:
             kind = RequestRefused
@@ -230,8 +245,29 @@ class OllamaServer:
     async def show(self, model: str, verbose: bool = False) -> dict[str, Any]:
         return await self._request("POST", "/api/show", {"model": model, "verbose": verbose})
 
-    async def render_chat(self, model: str, messages: list[dict[str, str]], num_ctx: int) -> str:
-        """The raw prompt the model's chat template makes of `messages` (Ollama 0.11.5 and newer)."""
+    async def running(self) -> list[dict[str, Any]]:
+        """`/api/ps`: the loaded models, each with the context it is loaded with (`context_length`)."""
+        return list((await self._request("GET", "/api/ps")).get("models") or [])
+
+    async def exact_logprobs(self) -> bool:
+        """Whether the server declares its top log-probabilities to be exactly the distribution its
+        sampler draws from (the embedded server does). llama.cpp's sampler (Ollama 0.30+) applies
+        temperature after top-p/min-p and penalties to what logprobs do not show, so rejection
+        sampling, which rebuilds the distribution from them, is exact only where declared."""
+        return bool((await self.about()).get("exact_logprobs"))
+
+    async def stream_answer(self, chat: bool, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """A standard answer as the client would ask for it (`/api/chat` or `/api/generate`, streamed),
+        message by message: where only the server can shape the answer (a thinking model splitting
+        `thinking` from the content), it does so exactly as for a direct request."""
+        async for message in self._stream("/api/chat" if chat else "/api/generate", {**body, "stream": True}):
+            yield message
+
+    async def render_chat(self, model: str, messages: list[dict[str, str]], options: dict[str, Any],
+                          think: bool | str | None = None) -> str:
+        """The raw prompt the model's chat template makes of `messages` (Ollama 0.11.5 and newer), with
+        the client's own `options` (a num_ctx changes which history fits) and `think` (a thinking
+        template renders differently with thinking off); None leaves `think` out, as the client did."""
         version = await self.version()
         if version < RENDER_SINCE:
             raise RequestRefused(
@@ -240,15 +276,17 @@ class OllamaServer:
                 host=self.host,
             )
         body = {"model": model, "messages": messages, "stream": False, "_debug_render_only": True,
-                "options": {"num_ctx": num_ctx}}
+                "options": options, **({"think": think} if think is not None else {})}
         return (await self._request("POST", "/api/chat", body))["_debug_info"]["rendered_template"]
 
     def _generate_body(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int,
                        stream: bool, format: Any = None) -> dict[str, Any]:
         # truncate: false, because a context cut to fit would be verified against another text than
         # the answer's: a prompt past num_ctx is the server's 400, not a silently shortened context.
+        # think: false, because Ollama (0.12.4+) runs a thinking model's parser on raw output too and
+        # would move text into `thinking` (a model without thinking accepts false as well).
         return {"model": model, "prompt": prompt, "raw": True, "stream": stream, "options": options,
-                "logprobs": True, "top_logprobs": top_logprobs, "truncate": False,
+                "logprobs": True, "top_logprobs": top_logprobs, "truncate": False, "think": False,
                 **({"format": format} if format is not None else {})}
 
     async def stream_raw(

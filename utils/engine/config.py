@@ -19,7 +19,13 @@ class EngineConfig(BaseSettings):
     p_min: float = Field(default=0.3, ge=0.0, le=1.0, description="stop drafting below this probability")
     n_min: int = Field(default=1, ge=1, le=K_LIMIT, description="drop drafts shorter than this")
     draft_top_k: int = Field(default=5, ge=1, le=20, description="draft candidates read per position")
-    num_ctx: int = Field(default=4096, ge=256, le=131072, description="context size asked of the server")
+    # None: the server's own (the model's Modelfile, else Ollama's default). Set, every request of the CLI
+    # and the app asks for it; Ollama reloads a model whose num_ctx changes, so only set it on purpose.
+    num_ctx: int | None = Field(default=None, ge=256, le=1 << 20, description="context size asked of the server")
+
+    def context_options(self) -> dict[str, int]:
+        """`num_ctx` for a request's options where one is set, else nothing (the server's own)."""
+        return {"num_ctx": self.num_ctx} if self.num_ctx else {}
 
     connect_timeout: float = Field(default=5.0, gt=0, description="seconds to connect to a server")
     request_timeout: float = Field(default=300.0, gt=0, description="seconds for a whole standard answer")

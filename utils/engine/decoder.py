@@ -23,26 +23,31 @@ import numpy as np
 from utils.burst import announce
 from utils.engine.client import OllamaServer, ServerError
 from utils.engine.config import EngineConfig
-from utils.engine.controller import MAX_RETRY_ANSWERS, RETRY_ANSWERS, DraftLengthController, controller_for
+from utils.engine.controller import DraftLengthController, controller_for
 from utils.engine.drafters import Draft, Drafter, DraftSetup, build_drafter
-from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
+from utils.engine.events import (
+    DoneEvent,
+    Event,
+    FallbackEvent,
+    GenerationError,
+    RoundEvent,
+    TextEvent,
+    ThinkingEvent,
+)
+from utils.engine.model_info import loaded_context, model_info
 from utils.engine.output import Output
+from utils.engine.planning import FORMAT_REASON, NO_GAIN_REASON, Plan, standard_reason, thinks, verification_gate
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats, Fallback, RoundRecord
 from utils.engine.validator import PromptPrefixValidator, Verdict, choose_method
 from utils.sampling import GREEDY, SamplingOptions
 
+__all__ = ["FORMAT_REASON", "NO_GAIN_REASON", "SpeculativeDecoder", "build_decoder"]
+
 # After an empty draft: a few tokens, then try drafting again; twice as many after each empty draft
 # in a row (each segment is a request of its own), up to the controller's segment length.
 SHORT_SEGMENT_TOKENS = 4
 RECENT_TOKENS = 16  # the last tokens an answer keeps, to measure what verifying costs (_measure_verification)
-# A request speculation cannot answer exactly is generated standard, for this reason.
-FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the server, which speculation does "
-                 "not apply: generated standard")
-NO_GAIN_REASON = ("speculation has not paid on this server lately (the drafts were empty or rejected, or "
-                  "verifying them cost as much as generating the tokens): generated standard in one request; "
-                  f"it tries speculation again after {RETRY_ANSWERS} such answers, then after twice as many each "
-                  f"time it still does not pay, up to {MAX_RETRY_ANSWERS}")
 
 
 @dataclass
@@ -50,14 +55,15 @@ class _Answer:
     """The state of one answer as the loop goes."""
 
     request: GenerationRequest
+    plan: Plan
     prompt: str
     drafter: Drafter | None  # None once speculation has failed for this answer
-    method: str | None
     controller: DraftLengthController
     stats: AnswerStats
     output: Output
     rng: np.random.Generator
     started: float = field(default_factory=time.perf_counter)
+    context_limit: int | None = None  # the context the target is loaded with, where the server says
     context_tokens: int = 0  # the target's token count for the prompt, as its last answer reported
     short_segment: bool = False  # the last round emitted nothing: generate a few tokens normally
     empty_drafts: int = 0  # empty drafts in a row
@@ -65,6 +71,10 @@ class _Answer:
     drafter_saw: int | None = None  # output tokens in the drafter's last context (None: it saw nothing yet)
     # The texts of the last tokens of standard segments.
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TOKENS))
+
+    @property
+    def method(self):
+        return self.plan.method
 
     @property
     def context(self) -> str:
@@ -86,21 +96,46 @@ class SpeculativeDecoder:
 
     def __init__(self, target: OllamaServer, target_model: str, drafter: Drafter | None, config: EngineConfig):
         self.target, self.target_model, self.drafter, self.config = target, target_model, drafter, config
-        self.validator = PromptPrefixValidator(target, target_model, config.num_ctx)
+        self.validator = PromptPrefixValidator(target, target_model)
 
-    async def raw_prompt(self, request: GenerationRequest) -> str:
+    async def raw_prompt(self, request: GenerationRequest, think: bool | str | None = None) -> str:
+        """The prompt as the target's template makes it, with the client's options and `think`."""
         if request.raw:
             return request.prompt
         messages = list(request.messages or [])
         if request.messages is None:
             messages = ([{"role": "system", "content": request.system}] if request.system else [])
             messages.append({"role": "user", "content": request.prompt})
-        return await self.target.render_chat(self.target_model, messages, self.config.num_ctx)
+        return await self.target.render_chat(self.target_model, messages, request.options, think)
 
-    async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
-        answer = await self._start(request)
+    async def plan(self, request: GenerationRequest) -> Plan:
+        """How an answer to `request` is made (planning.py): asked once per answer, before any text.
+
+        Raises ServerError with the server's message (an unknown model, an unreachable server)."""
+        info = await model_info(self.target, self.target_model, self.target.described)
+        sampling, stops = info.sampling(request.options), info.stops(request.options)
+        if self.drafter is None:
+            return Plan(info, sampling, stops, thinking=thinks(info, request.think))
+        if why := standard_reason(info, request.format, request.think):
+            return Plan(info, sampling, stops, code=why[0], reason=why[1], thinking=why[0] == "thinking")
+        if gate := await verification_gate(self.target, self.target_model, request.options):
+            return Plan(info, sampling, stops, code="server", reason=gate)
+        exact = self.drafter.exact_distribution and await self.target.exact_logprobs()
+        method = choose_method(sampling, exact)
+        controller = self._controller(method, request.k)
+        if controller.skips():
+            controller.record_skip()
+            return Plan(info, sampling, stops, method, code="no_gain", reason=NO_GAIN_REASON)
+        return Plan(info, sampling, stops, method)
+
+    async def stream(self, request: GenerationRequest, plan: Plan | None = None) -> AsyncIterator[Event]:
+        """The answer's events; `plan`: the one `plan(request)` gave, if the caller already asked."""
+        answer = await self._start(request, plan or await self._planned(request))
         for fallback in answer.stats.fallbacks:  # generated standard from the start: say why at once
             yield FallbackEvent(fallback.reason)
+        if answer.plan.thinking:
+            async for event in self._thinking_answer(answer):
+                yield event
         while answer.output.done_reason is None:
             k = self._choose_k(answer)
             steps = self._standard_segment(answer) if k == 0 else self._speculative_round(answer, k)
@@ -110,44 +145,66 @@ class SpeculativeDecoder:
 
     # -- the steps -----------------------------------------------------------------------------------
 
-    def _controller(self, request: GenerationRequest) -> tuple[str | None, DraftLengthController]:
-        """The sampling method and the controller of an answer to `request`: one per (server, target,
-        drafter, method), shared by the answers in this process."""
-        drafter = self.drafter if request.format is None else None
-        method = choose_method(request.options, drafter.exact_distribution) if drafter else None
-        key = (self.target.url, self.target_model, drafter and drafter.name, method)
-        return method, controller_for(key, self.config.k_max, request.k)
+    def _controller(self, method: str | None, k: int | None) -> DraftLengthController:
+        """The controller of answers verified by `method`: one per (server, target, drafter, method),
+        shared by the answers in this process."""
+        key = (self.target.url, self.target_model, self.drafter and self.drafter.name, method)
+        return controller_for(key, self.config.k_max, k)
 
-    def skips_speculation(self, request: GenerationRequest) -> bool:
-        """Whether an answer to `request` goes standard from start to end, since speculation cannot
-        pay on this server (the controller's `skips`); asked once per answer (a skip is counted)."""
-        controller = self._controller(request)[1]
-        if self.drafter is None or request.format is not None or not controller.skips():
-            return False
-        controller.record_skip()
-        return True
-
-    async def _start(self, request: GenerationRequest) -> _Answer:
-        asked = self.drafter
-        method, controller = self._controller(request)
-        reason = FORMAT_REASON if request.format is not None else None
-        if reason is None and self.skips_speculation(request):
-            reason = NO_GAIN_REASON
-        drafter = asked if reason is None else None
+    async def _planned(self, request: GenerationRequest) -> Plan:
         try:
-            prompt = await self.raw_prompt(request)
+            return await self.plan(request)
         except ServerError as error:
-            raise GenerationError(error.message, "") from None
+            raise GenerationError.of(error, "") from None
+
+    async def _start(self, request: GenerationRequest, plan: Plan) -> _Answer:
+        asked = self.drafter
+        think = request.think
+        if plan.info.thinks and not plan.thinking:
+            think = False  # speculated or standard, the prompt is rendered with thinking off, as asked
+        try:
+            prompt = "" if plan.thinking else await self.raw_prompt(request, think)
+            limit = None if plan.thinking else await loaded_context(self.target, self.target_model)
+        except ServerError as error:
+            raise GenerationError.of(error, "") from None
         # An answer the controller keeps standard is still a speculative answer that drafted nothing.
-        stats = AnswerStats(mode="speculative" if method else "standard", target=self.target_model,
-                            drafter=asked.name if asked else None, method=method)
-        if asked is not None and reason is not None:
-            stats.fallbacks.append(Fallback(at_token=0, reason=reason))
+        stats = AnswerStats(mode="speculative" if plan.method else "standard", target=self.target_model,
+                            drafter=asked.name if asked else None, method=plan.method)
+        if asked is not None and plan.reason is not None:
+            stats.fallbacks.append(Fallback(at_token=0, reason=plan.reason))
         return _Answer(
-            request=request, prompt=prompt, drafter=drafter, method=method,
-            controller=controller, stats=stats,
-            output=Output(request.stop, request.max_tokens), rng=np.random.default_rng(request.options.seed),
+            request=request, plan=plan, prompt=prompt, drafter=None if plan.standard else asked,
+            controller=self._controller(plan.method, request.k), stats=stats, context_limit=limit,
+            output=Output(plan.stops, request.max_tokens), rng=np.random.default_rng(plan.sampling.seed),
         )
+
+    async def _thinking_answer(self, answer: _Answer) -> AsyncIterator[Event]:
+        """A thinking answer, made by upstream's own endpoint (the client's request as it is), so that
+        `thinking` and the content are split exactly as for a direct request. The reasoning comes as
+        ThinkingEvents; the content goes through the output like any standard text."""
+        output = answer.output
+        chat, body = answer.request.as_ollama(self.target_model)
+        started = time.perf_counter()
+        try:
+            async for message in self.target.stream_answer(chat, body):
+                part = (message.get("message") or {}) if chat else message
+                if thinking := part.get("thinking"):
+                    yield ThinkingEvent(thinking)
+                if text := part.get("content" if chat else "response"):
+                    for event in answer.emitted(output.add(text, "standard")):
+                        yield event
+                if message.get("done"):
+                    answer.note_prompt_tokens(message.get("prompt_eval_count") or 0)
+                    for event in answer.emitted(output.end(message.get("done_reason") or "stop")):
+                        yield event
+        except ServerError as error:
+            raise GenerationError.of(error, output.text) from None
+        for event in answer.emitted(output.end("stop")):  # a stream that ended without its last message
+            yield event
+        record = RoundRecord(k=0, emitted=output.tokens, seconds=time.perf_counter() - started,
+                             at_seconds=time.perf_counter() - answer.started)
+        answer.stats.observe_standard(record)
+        yield RoundEvent(record, answer.stats)
 
     def _choose_k(self, answer: _Answer) -> int:
         """The next round's draft length: 0 without a drafter, after an empty round, or when the
@@ -155,7 +212,8 @@ class SpeculativeDecoder:
         if answer.drafter is None or answer.short_segment:
             return 0
         output = answer.output
-        room = self.config.num_ctx - (answer.context_tokens + output.tokens) - 2 if answer.context_tokens else 1 << 30
+        known = answer.context_tokens and answer.context_limit
+        room = answer.context_limit - (answer.context_tokens + output.tokens) - 2 if known else 1 << 30
         return answer.controller.choose(min(output.remaining - 1, room))
 
     async def _standard_segment(self, answer: _Answer) -> AsyncIterator[Event]:
@@ -163,7 +221,7 @@ class SpeculativeDecoder:
 
         It reads on past its length only to finish a character split over tokens, then closes the stream.
         """
-        output, options = answer.output, answer.request.options
+        output, plan = answer.output, answer.plan
         if answer.drafter is None:
             tokens = output.remaining
         else:
@@ -171,8 +229,9 @@ class SpeculativeDecoder:
             if answer.short_segment:
                 doubled = SHORT_SEGMENT_TOKENS << min(max(answer.empty_drafts - 1, 0), 8)
                 tokens = min(doubled, max(tokens, SHORT_SEGMENT_TOKENS))
-        request = {**options.to_ollama(), "num_ctx": self.config.num_ctx, "num_predict": output.remaining}
-        if not options.greedy:
+        # The client's options as sent: upstream merges the model's parameters in, as for a direct request.
+        request = {**answer.request.options, "num_predict": output.remaining}
+        if not plan.sampling.greedy:
             seed = answer.resume_seed
             request["seed"] = seed if seed is not None else int(answer.rng.integers(0, 2**31 - 1))
         answer.short_segment, answer.resume_seed = False, None
@@ -200,7 +259,7 @@ class SpeculativeDecoder:
                 if output.done_reason or (count >= tokens and whole):
                     break
         except ServerError as error:
-            raise GenerationError(error.message, output.text) from None
+            raise GenerationError.of(error, output.text) from None
         finished = time.perf_counter()
         if first_token_at is not None:
             answer.controller.record_standard(count, finished - first_token_at)
@@ -229,7 +288,8 @@ class SpeculativeDecoder:
                 return
             answer.empty_drafts = 0
             verdict = await asyncio.wait_for(
-                self.validator.verify(answer.context, draft, answer.request.options, answer.method, answer.rng),
+                self.validator.verify(answer.context, draft, answer.plan.sampling, answer.plan.method, answer.rng,
+                                      answer.request.options),
                 self.config.verify_timeout)
         except (TimeoutError, ServerError, OSError) as error:
             yield self._fall_back(answer, error)
@@ -264,7 +324,7 @@ class SpeculativeDecoder:
         try:
             await asyncio.wait_for(
                 self.validator.verify(answer.context[: len(answer.context) - len(text)], Draft(pieces), GREEDY,
-                                      "greedy", np.random.default_rng(0)),
+                                      "greedy", np.random.default_rng(0), answer.request.options),
                 self.config.verify_timeout)
         except (TimeoutError, ServerError, OSError):
             return
@@ -291,7 +351,7 @@ class SpeculativeDecoder:
             # server's last message): one token's request on the cached prompt tells it.
             try:
                 step = await self.target.next_token(self.target_model, answer.prompt,
-                                                    {"num_ctx": self.config.num_ctx, "temperature": 0}, 0, announce(1))
+                                                    {**answer.request.options, "temperature": 0}, 0, announce(1))
                 stats.prompt_tokens = step.prompt_tokens
             except ServerError:
                 pass  # the answer is complete; its statistics lack the prompt's size
@@ -307,7 +367,7 @@ class SpeculativeDecoder:
         """Greedy and sample-match draft the most likely pieces; rejection sampling must draw them."""
         if answer.method != "rejection":
             return GREEDY
-        options = answer.request.options
+        options = answer.plan.sampling
         return SamplingOptions(options.temperature, options.top_k, options.top_p, options.min_p,
                                seed=int(answer.rng.integers(0, 2**31 - 1)))
 
@@ -317,7 +377,7 @@ class SpeculativeDecoder:
         if isinstance(error, asyncio.TimeoutError):
             reason = f"the draft ({name}) or verification took too long; continuing without speculation"
         else:
-            message = getattr(error, "message", None) or str(error) or type(error).__name__
+            message = error.message if isinstance(error, ServerError) else str(error) or type(error).__name__
             reason = f"speculation failed ({name}): {message}; continuing without speculation"
         answer.stats.fallbacks.append(Fallback(at_token=answer.output.tokens, reason=reason))
         answer.drafter = None

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from utils.engine.client import ServerError
 from utils.engine.stats import AnswerStats, RoundRecord
+from utils.errors import SpecError
 
 
 @dataclass
@@ -20,6 +22,13 @@ class RoundEvent:
 
 
 @dataclass
+class ThinkingEvent:
+    """Reasoning of a thinking model, as the server split it from the answer (not part of the text)."""
+
+    text: str
+
+
+@dataclass
 class FallbackEvent:
     reason: str
 
@@ -30,12 +39,17 @@ class DoneEvent:
     stats: AnswerStats
 
 
-Event = TextEvent | RoundEvent | FallbackEvent | DoneEvent
+Event = TextEvent | ThinkingEvent | RoundEvent | FallbackEvent | DoneEvent
 
 
-class GenerationError(Exception):
-    """The target failed: the answer cannot go on. `partial` is the text emitted before it failed."""
+class GenerationError(SpecError):
+    """The target failed: the answer cannot go on. `partial` is the text emitted before it failed;
+    `cause` the server's error, typed (ContextFull, ModelNotFound, ...), where a server failed."""
 
-    def __init__(self, message: str, partial: str):
-        super().__init__(message)
-        self.message, self.partial = message, partial
+    def __init__(self, message: str, partial: str, cause: ServerError | None = None):
+        super().__init__(message, cause.status if cause else None)
+        self.partial, self.cause = partial, cause
+
+    @classmethod
+    def of(cls, error: ServerError, partial: str) -> GenerationError:
+        return cls(error.message, partial, error)

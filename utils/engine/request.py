@@ -1,4 +1,4 @@
-"""What one answer asks for: the prompt or chat, sampling options, limits and a fixed draft length."""
+"""What one answer asks for: the prompt or chat, the client's options, limits and a fixed draft length."""
 
 from __future__ import annotations
 
@@ -6,7 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from utils.engine.config import K_LIMIT
-from utils.sampling import GREEDY, SamplingOptions
+from utils.sampling import SamplingOptions
+
+# Set by the engine for each request it makes (the answer's limit, and the token count of a check).
+ENGINE_OPTIONS = ("num_predict",)
 
 
 @dataclass
@@ -15,15 +18,26 @@ class GenerationRequest:
     messages: list[dict[str, str]] | None = None  # a chat; else `prompt` is one user message
     raw: bool = False  # send `prompt` as it is, without the chat template
     system: str | None = None
-    options: SamplingOptions = GREEDY  # how the target samples; its seed also seeds the engine's draws
+    # Ollama `options` exactly as the client gave them (a SamplingOptions is written out as such). They
+    # go with every request the engine makes, so upstream merges them with the model's own parameters
+    # as it would for a direct request; nothing is added (a `num_ctx` the client did not send would
+    # make Ollama reload the model). Their `seed` also seeds the engine's own draws.
+    options: dict[str, Any] | SamplingOptions = field(default_factory=lambda: {"temperature": 0})
     max_tokens: int = 256  # -1: until the model stops or the context is full
-    stop: list[str] = field(default_factory=list)
+    stop: list[str] | None = None  # None: the model's own stop strings, if it has any (as Ollama)
     k: int | None = None  # a fixed draft length; None lets the controller choose
     # Ollama's `format` ("json" or a JSON schema): the server constrains the whole answer with a grammar,
     # which speculation does not apply, so such an answer is generated standard (the stats say why).
     format: str | dict[str, Any] | None = None
+    # Ollama's `think` (true, false, or a level): None leaves it to the model (a thinking model thinks).
+    think: bool | str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.options, SamplingOptions):
+            self.options = self.options.to_ollama()
+        self.options = {key: value for key, value in self.options.items() if key not in ENGINE_OPTIONS}
+        if self.stop:  # sent on as the client's own: it replaces the model's stop strings (none: kept)
+            self.options["stop"] = list(self.stop)
         problems = [
             message for bad, message in (
                 (self.max_tokens < -1 or self.max_tokens == 0, "max_tokens must be positive, or -1 for no limit"),
@@ -34,3 +48,15 @@ class GenerationRequest:
         ]
         if problems:
             raise ValueError("; ".join(problems))
+
+    def as_ollama(self, model: str) -> tuple[bool, dict[str, Any]]:
+        """(chat, body): this request as a client would send it to `/api/chat` (chat) or `/api/generate`."""
+        body: dict[str, Any] = {"model": model, "options": {**self.options, "num_predict": self.max_tokens}}
+        if self.think is not None:
+            body["think"] = self.think
+        if self.format is not None:
+            body["format"] = self.format
+        if self.messages is not None:
+            return True, {**body, "messages": self.messages}
+        return False, {**body, "prompt": self.prompt, "raw": self.raw,
+                       **({"system": self.system} if self.system else {})}

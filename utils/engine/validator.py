@@ -23,7 +23,7 @@ Acceptance methods:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -46,9 +46,12 @@ class Verdict:
     resume_seed: int | None = None
 
 
-def choose_method(options: SamplingOptions, exact_distribution: bool) -> str:
-    """How to verify: `exact_distribution` says the drafter reports its distribution over the target's
-    tokens (see Drafter.exact_distribution)."""
+Method = Literal["greedy", "sample-match", "rejection"]
+
+
+def choose_method(options: SamplingOptions, exact_distribution: bool) -> Method:
+    """How to verify: `exact_distribution` says the drafter's and the server's log-probabilities are
+    the distributions they sample from (Drafter.exact_distribution, OllamaServer.exact_logprobs)."""
     if options.greedy:
         return "greedy"
     if exact_distribution and 0 < options.top_k <= MAX_TOP_LOGPROBS:
@@ -57,18 +60,21 @@ def choose_method(options: SamplingOptions, exact_distribution: bool) -> str:
 
 
 class PromptPrefixValidator:
-    def __init__(self, server: OllamaServer, model: str, num_ctx: int):
-        self.server, self.model, self.num_ctx = server, model, num_ctx
+    def __init__(self, server: OllamaServer, model: str):
+        self.server, self.model = server, model
 
-    async def verify(
-        self, context: str, draft: Draft, options: SamplingOptions, method: str, rng: np.random.Generator
-    ) -> Verdict:
+    async def verify(self, context: str, draft: Draft, options: SamplingOptions, method: Method,
+                     rng: np.random.Generator, sent: dict[str, Any] | None = None) -> Verdict:
+        """`options`: how the target samples (the model's parameters and the client's options merged);
+        `sent`: the client's own options, which every request carries, so that upstream merges them
+        with the model's parameters as for a direct request and never reloads for a num_ctx of ours."""
         prompts = [context + "".join(draft.pieces[:i]) for i in range(len(draft) + 1)]
-        base: dict[str, Any] = {"num_ctx": self.num_ctx, "temperature": 0}
+        sent = {key: value for key, value in (sent or {}).items() if key != "seed"}
+        base: dict[str, Any] = {**sent, "temperature": 0}
         top = 0
         seeds: list[int | None] = [None] * len(prompts)
-        if method == "sample-match":
-            base.update({key: value for key, value in options.to_ollama().items() if key != "seed"})
+        if method == "sample-match":  # upstream's own sampler, with the model's parameters as merged there
+            base = sent
             seeds = [int(s) for s in rng.integers(0, 2**31 - 1, size=len(prompts))]
         elif method == "rejection":
             top = MAX_TOP_LOGPROBS

@@ -10,6 +10,7 @@ from typing import Any
 from utils.api.http import ndjson_line, now
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.events import DoneEvent, GenerationError, TextEvent
+from utils.engine.planning import Plan
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats
 
@@ -46,9 +47,10 @@ def final_fields(model: str, stats: AnswerStats, text: str, chat: bool) -> dict[
     }
 
 
-async def events(decoder: SpeculativeDecoder, request: GenerationRequest) -> AsyncIterator[TextEvent | DoneEvent]:
+async def events(decoder: SpeculativeDecoder, request: GenerationRequest,
+                 plan: Plan | None = None) -> AsyncIterator[TextEvent | DoneEvent]:
     """The decoder's text and final events (rounds and fallbacks are in the final statistics)."""
-    async for event in decoder.stream(request):
+    async for event in decoder.stream(request, plan):
         if isinstance(event, (TextEvent, DoneEvent)):
             yield event
 

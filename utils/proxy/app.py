@@ -22,17 +22,20 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from utils.api import openai
 from utils.api.cors import add_cors
 from utils.api.http import MAX_BODY_BYTES, NDJSON, json_response
-from utils.engine.client import OllamaServer, ServerError
+from utils.engine.client import ContextFull, OllamaServer
 from utils.engine.config import EngineConfig
-from utils.engine.decoder import NO_GAIN_REASON, SpeculativeDecoder, build_decoder
+from utils.engine.decoder import SpeculativeDecoder, build_decoder
 from utils.engine.drafters import Drafter
 from utils.engine.events import GenerationError
+from utils.engine.planning import Plan
+from utils.errors import SpecError
 from utils.proxy import answers
 from utils.proxy.forward import forward
 from utils.proxy.metrics import ProxyMetrics
 from utils.proxy.routing import Forward, Speculation, plan
 
-CONTEXT_FULL = "exceeds the context length"  # the server's refusal of a prompt longer than num_ctx
+SEEDED_REASON = "a seeded sampled answer is repeatable only in standard generation"
+CONTEXT_REASON = "the prompt is longer than the context: upstream truncates it"
 
 
 @dataclass
@@ -54,12 +57,24 @@ class _Drafters:
         self.built: dict[str, Drafter | None] = {}
         self.lock = asyncio.Lock()
 
-    async def decoder(self, model: str, engine: EngineConfig) -> SpeculativeDecoder:
+    async def decoder(self, model: str) -> SpeculativeDecoder:
+        engine = self.config.engine
         async with self.lock:
             if model not in self.built:  # build_decoder answers Ollama's own 404 for an unknown model
                 built = await build_decoder(engine, self.target, model, self.config.pairs[model], self.draft)
                 self.built[model] = built.drafter
         return SpeculativeDecoder(self.target, model, self.built[model], engine)
+
+
+def _forwarded(plan: Plan) -> tuple[str, str] | None:
+    """(code, reason) for an answer upstream gives exactly as the engine would, faster: any answer the
+    plan makes standard, and a seeded sampled one (which sample a seed draws depends on how the answer
+    is cut into rounds: only upstream's standard generation repeats it)."""
+    if plan.code is not None and plan.reason is not None:
+        return plan.code, plan.reason
+    if plan.sampling.seed is not None and not plan.sampling.greedy:
+        return "option:seed", SEEDED_REASON
+    return None
 
 
 def create_proxy(config: ProxyConfig) -> FastAPI:
@@ -116,7 +131,7 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
             body: Any = json.loads(body_bytes)
         except ValueError:
             body = None
-        decision = plan(body, chat, config.pairs, config.engine, config.k)
+        decision = plan(body, chat, config.pairs, config.k)
         if isinstance(decision, Forward):
             model = body.get("model", "") if isinstance(body, dict) else ""
             metrics.observe_forward(client_of(request), endpoint, str(model), decision.code, decision.reason)
@@ -126,18 +141,19 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
     async def _answer(request: Request, job: Speculation, chat: bool, endpoint: str, body_bytes: bytes):
         """The answer's Ollama messages, started: a failure before any text is an error Response."""
         try:
-            decoder = await drafters.decoder(job.model, job.config)
-            if decoder.skips_speculation(job.request):  # upstream alone is faster: pass the bytes on
-                metrics.observe_forward(client_of(request), endpoint, job.model, "no_gain", NO_GAIN_REASON)
+            decoder = await drafters.decoder(job.model)
+            answer_plan = await decoder.plan(job.request)
+            if passed := _forwarded(answer_plan):  # upstream answers it exactly: pass the bytes on
+                metrics.observe_forward(client_of(request), endpoint, job.model, *passed)
                 return await forward(request, upstream_http, body_bytes, drop)
-            stream = answers.events(decoder, job.request)
+            stream = answers.events(decoder, job.request, answer_plan)
             first = await anext(stream)  # a failure before any text gets a status, as Ollama's would
-        except (ServerError, GenerationError) as error:
-            if CONTEXT_FULL in error.message:  # the engine never cuts a context; upstream truncates it
-                metrics.observe_forward(client_of(request), endpoint, job.model, "context",
-                                        "the prompt is longer than the context: upstream truncates it")
+        except SpecError as error:
+            cause = error.cause if isinstance(error, GenerationError) else error
+            if isinstance(cause, ContextFull):  # the engine never cuts a context; upstream truncates it
+                metrics.observe_forward(client_of(request), endpoint, job.model, "context", CONTEXT_REASON)
                 return await forward(request, upstream_http, body_bytes, drop)
-            return json_response({"error": error.message}, getattr(error, "status", None) or 500)
+            return json_response({"error": error.message}, error.status or 500)
         client = client_of(request)
 
         async def replay():
@@ -148,7 +164,7 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
         def done(stats) -> None:
             metrics.observe_answer(client, endpoint, stats)
             if job.keep_alive is not None:  # the model's residency is upstream's: pass the request on
-                asyncio.get_running_loop().create_task(_keep_alive(job.model, job.keep_alive))
+                asyncio.get_running_loop().create_task(_keep_alive(job.model, job.keep_alive, job.request.options))
 
         return answers.messages(job.model, chat, replay(), done)
 
@@ -165,9 +181,11 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
         last["message" if chat else "response"] = {"role": "assistant", "content": text} if chat else text
         return json_response(last)
 
-    async def _keep_alive(model: str, keep_alive: Any) -> None:
+    async def _keep_alive(model: str, keep_alive: Any, options: dict[str, Any]) -> None:
+        # With the answer's options: another num_ctx would make Ollama reload the model.
         try:
-            await upstream_http.post("/api/generate", json={"model": model, "keep_alive": keep_alive})
+            await upstream_http.post("/api/generate", json={"model": model, "keep_alive": keep_alive,
+                                                            "options": options})
         except httpx.HTTPError:
             pass  # residency is advice to upstream; the answer is already complete
 
@@ -187,7 +205,7 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
         try:
             return work.result()
         except GenerationError as error:
-            return json_response({"error": error.message}, 500)
+            return json_response({"error": error.message}, error.status or 500)
 
     async def _openai(request: Request, chat: bool) -> Response:
         endpoint = request.url.path
@@ -198,7 +216,7 @@ def create_proxy(config: ProxyConfig) -> FastAPI:
         except (ValueError, openai.OpenAIError) as error:  # upstream's own layer answers these its way
             metrics.observe_forward(client_of(request), endpoint, "", "invalid", str(error))
             return await forward(request, upstream_http, body_bytes, drop)
-        decision = plan(translated, chat, config.pairs, config.engine, config.k)
+        decision = plan(translated, chat, config.pairs, config.k)
         if isinstance(decision, Forward):
             metrics.observe_forward(client_of(request), endpoint, translated["model"], decision.code, decision.reason)
             return await forward(request, upstream_http, body_bytes, drop)

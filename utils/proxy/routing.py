@@ -13,14 +13,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from utils.api.schemas import ChatBody, GenerateBody
-from utils.engine.config import EngineConfig
 from utils.engine.request import GenerationRequest
 
 # Options the engine applies exactly as Ollama would; any other option is forwarded.
 SPECULATED_OPTIONS = {"temperature", "top_k", "top_p", "min_p", "seed", "num_predict", "stop", "num_ctx"}
 # Request fields the engine honours (model and stream are read here; keep_alive is passed upstream).
-GENERATE_FIELDS = {"model", "prompt", "system", "raw", "stream", "options", "keep_alive"}
-CHAT_FIELDS = {"model", "messages", "stream", "options", "keep_alive"}
+# `think` is honoured by the engine's plan: a thinking model that thinks is passed on (planning.py).
+GENERATE_FIELDS = {"model", "prompt", "system", "raw", "stream", "options", "keep_alive", "think"}
+CHAT_FIELDS = {"model", "messages", "stream", "options", "keep_alive", "think"}
 MESSAGE_FIELDS = {"role", "content"}
 
 
@@ -29,8 +29,7 @@ class Speculation:
     """A request the engine answers: which model, what to generate, how to reply."""
 
     model: str
-    request: GenerationRequest
-    config: EngineConfig  # the proxy's, with the request's num_ctx where it gave one
+    request: GenerationRequest  # its options are the client's, as sent: nothing is added upstream
     stream: bool
     keep_alive: Any
 
@@ -43,8 +42,7 @@ class Forward:
     reason: str
 
 
-def plan(body: Any, chat: bool, pairs: dict[str, str], config: EngineConfig,
-         k: int | None = None) -> Speculation | Forward:
+def plan(body: Any, chat: bool, pairs: dict[str, str], k: int | None = None) -> Speculation | Forward:
     """How to serve one /api/generate (chat=False) or /api/chat body; `k`: a fixed draft length."""
     if not isinstance(body, dict):
         return Forward("invalid", "the body is not a JSON object")
@@ -66,13 +64,12 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], config: EngineConfig,
         parsed.check()
     except (ValidationError, ValueError, Exception) as error:  # noqa: BLE001 - upstream answers with its own message
         return Forward("invalid", f"upstream judges this request: {error}")
-    sampling = parsed.options.sampling()
-    if sampling.seed is not None and not sampling.greedy:
-        # Speculation keeps the target's distribution, but which sample a seed draws depends on how the
-        # answer was cut into rounds: only upstream's standard generation repeats a seeded answer.
-        return Forward("option:seed", "a seeded sampled answer is repeatable only in standard generation")
     if parsed.options.num_predict < -1 or parsed.options.num_predict == 0:
         return Forward("invalid", "num_predict below -1 or 0 is upstream's to answer")
+    # The options exactly as sent (null ones are unset, as Ollama reads them): the engine passes them
+    # on, and upstream merges them with the model's own parameters as for a direct request.
+    sent = {key: value for key, value in options.items() if value is not None}
+    think = body.get("think")
     if chat:
         messages = body.get("messages") or []
         for message in messages:
@@ -82,14 +79,10 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], config: EngineConfig,
         if not messages:
             return Forward("load", "a chat without messages loads the model: upstream does that")
         request = GenerationRequest(messages=[{"role": m.role, "content": m.content} for m in parsed.messages],
-                                    options=sampling, max_tokens=parsed.options.num_predict,
-                                    stop=parsed.options.stops(), k=k)
+                                    options=sent, max_tokens=parsed.options.num_predict, k=k, think=think)
     else:
         if not parsed.prompt:
             return Forward("load", "an empty prompt loads the model: upstream does that")
         request = GenerationRequest(prompt=parsed.prompt, raw=parsed.raw, system=parsed.system,
-                                    options=sampling, max_tokens=parsed.options.num_predict,
-                                    stop=parsed.options.stops(), k=k)
-    if parsed.options.num_ctx:
-        config = config.model_copy(update={"num_ctx": parsed.options.num_ctx})
-    return Speculation(model, request, config, parsed.stream, body.get("keep_alive"))
+                                    options=sent, max_tokens=parsed.options.num_predict, k=k, think=think)
+    return Speculation(model, request, parsed.stream, body.get("keep_alive"))

@@ -21,8 +21,8 @@ class ModelDrafter(Drafter):
 
     description = "a smaller model of the same family"
 
-    def __init__(self, server: OllamaServer, model: str, *, p_min: float, n_min: int, top_k: int, num_ctx: int,
-                 same_tokenizer: bool = False):
+    def __init__(self, server: OllamaServer, model: str, *, p_min: float, n_min: int, top_k: int,
+                 num_ctx: int | None, same_tokenizer: bool = False):
         self.server, self.model, self.name = server, model, model
         self.p_min, self.n_min, self.top_k, self.num_ctx = p_min, n_min, top_k, num_ctx
         # With the target's tokenizer its top log-probabilities are over the target's tokens.
@@ -50,7 +50,9 @@ class ModelDrafter(Drafter):
             return draft
         request = options.to_ollama()
         # The draft samples from at most its top_k candidates, all of which it reports back.
-        request.update(num_predict=k, num_ctx=self.num_ctx, top_k=min(options.top_k or self.top_k, self.top_k))
+        request.update(num_predict=k, top_k=min(options.top_k or self.top_k, self.top_k))
+        if self.num_ctx:  # only a context asked for on purpose: another one would reload the draft model
+            request["num_ctx"] = self.num_ctx
         async for chunk in self.server.stream_raw(self.model, context, request, self.top_k):
             if self._extend(draft, chunk.tokens, k) or chunk.done_reason is not None:
                 break

@@ -1,0 +1,99 @@
+"""Speculate or generate standard: the one place where an answer's way is decided, and why.
+
+An answer is speculated only where the result is the one upstream would give to the same request
+asked directly. Everything else is generated standard from the start with a reason (the proxy passes
+such a request on unchanged): a grammar (`format`), a thinking model that thinks (only the server's
+own parser splits `thinking` from the content), model parameters speculation does not keep exact,
+a server whose one-token answers cannot verify drafts, and a server where speculation has not paid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from utils.engine.client import LOGPROBS_SINCE, OllamaServer, ServerError
+from utils.engine.controller import MAX_RETRY_ANSWERS, RETRY_ANSWERS
+from utils.engine.model_info import ModelInfo
+from utils.engine.validator import Method
+from utils.sampling import SamplingOptions
+
+# Since Ollama 0.15.5 a `num_predict: 1` request returns its token (0.12.11-0.15.4's Go engine did not).
+ONE_TOKEN_SINCE = (0, 15, 5)
+
+FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the server, which speculation does "
+                 "not apply: generated standard")
+THINKING_REASON = ("{model} is a thinking model and thinks unless asked `think: false`: only the server's own "
+                   "parser splits its reasoning from the answer, so it is generated standard (send `think: false` "
+                   "to have it speculated)")
+PARAMETERS_REASON = ("{model}'s own parameters ({names}) change token choice in ways speculation does not keep "
+                     "exact: generated standard")
+NO_GAIN_REASON = ("speculation has not paid on this server lately (the drafts were empty or rejected, or "
+                  "verifying them cost as much as generating the tokens): generated standard in one request; "
+                  f"it tries speculation again after {RETRY_ANSWERS} such answers, then after twice as many each "
+                  f"time it still does not pay, up to {MAX_RETRY_ANSWERS}")
+_gates: dict[tuple[str, str], str | None] = {}  # (server, model) -> why verification cannot work there
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one answer is made: with which sampling (the model's parameters merged with the client's
+    options, as upstream merges them), where it stops, and either a verification method or the reason
+    it is generated standard. `code` is a short label of that reason for metrics."""
+
+    info: ModelInfo
+    sampling: SamplingOptions
+    stops: list[str]
+    method: Method | None = None
+    code: str | None = None
+    reason: str | None = None
+    thinking: bool = False  # made by upstream's own endpoint, which splits `thinking` from the content
+
+    @property
+    def standard(self) -> bool:
+        return self.reason is not None
+
+
+def thinks(info: ModelInfo, think: bool | str | None) -> bool:
+    """Whether an answer of `info` with this `think` thinks (absent means on, Ollama 0.12.4+)."""
+    return info.thinks and think not in (False, "false", "")
+
+
+def standard_reason(info: ModelInfo, request_format: Any, think: bool | str | None) -> tuple[str, str] | None:
+    """(code, reason) for an answer that no server could speculate exactly, else None."""
+    if request_format is not None:
+        return "format", FORMAT_REASON
+    if thinks(info, think):
+        return "thinking", THINKING_REASON.format(model=info.name)
+    if names := info.inexact_parameters():
+        return "parameters", PARAMETERS_REASON.format(model=info.name, names=", ".join(names))
+    return None
+
+
+async def verification_gate(server: OllamaServer, model: str, options: dict[str, Any]) -> str | None:
+    """Why drafts cannot be verified on this (server, model), or None: probed once with one raw
+    one-token request (the client's options, so no reload): it must return its token with logprobs.
+    The reason names the server's version and the fix."""
+    key = (server.url, model)
+    if key in _gates:
+        return _gates[key]
+    version = await server.version()
+    named = f"Ollama {'.'.join(map(str, version))} at {server.url}"
+    reason = None
+    if not await server.is_embedded() and version < LOGPROBS_SINCE:
+        reason = f"{named} returns no logprobs, which verification needs: upgrade to Ollama 0.12.11 or newer"
+    else:
+        try:
+            step = await server.next_token(model, "Hello", {**options, "temperature": 0})
+        except ServerError:
+            return None  # not a verdict on the server: the answer itself reports the failure
+        if step.token is None and step.done_reason == "length":
+            fix = "upgrade to Ollama 0.15.5 or newer" if version < ONE_TOKEN_SINCE else "report this server's version"
+            reason = f"{named} answers a one-token request without its token and logprobs: {fix}"
+    _gates[key] = reason
+    return reason
+
+
+def clear_gates() -> None:
+    """Forget every probe (tests; a server upgraded in place)."""
+    _gates.clear()
