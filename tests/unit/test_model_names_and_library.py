@@ -13,7 +13,7 @@ import pytest
 from utils.api.cors import origins_pattern
 from utils.api.http import ApiError
 from utils.embedded.library import LibraryError, copy_model, delete_model, find_blob, import_ollama, register_file
-from utils.embedded.management import _modelfile_from
+from utils.embedded.management import read_modelfile
 from utils.embedded.models import ModelError, ModelStore
 from utils.embedded.names import canonical, not_found
 from utils.embedded.residency import FOREVER, keep_alive_seconds, parse_duration
@@ -157,12 +157,15 @@ def test_import_ollama_reads_manifests_and_uses_blobs_in_place(tmp_path):
     assert store.registry.names() == ["tiny:latest"] and store.path("tiny") == blob.resolve()
 
 
-def test_a_modelfile_may_only_say_from(tmp_path):
-    assert _modelfile_from("# a comment\n\nFROM /models/x.gguf\n", None) == "/models/x.gguf"
-    assert _modelfile_from("from ./x.gguf", str(tmp_path / "Modelfile")) == str(tmp_path / "./x.gguf")
-    assert _modelfile_from("FROM smollm2:135m", "/somewhere/Modelfile") == "smollm2:135m"
-    for text, status in (("FROM a.gguf\nSYSTEM be nice", 501), ("PARAMETER temperature 0", 501), ("", 400),
-                         ("FROM a.gguf\nFROM b.gguf", 400)):
+def test_a_modelfile_may_only_say_from_and_parameter(tmp_path):
+    assert read_modelfile("# a comment\n\nFROM /models/x.gguf\n", None) == ("/models/x.gguf", {})
+    assert read_modelfile("from ./x.gguf", str(tmp_path / "Modelfile"))[0] == str(tmp_path / "./x.gguf")
+    assert read_modelfile("FROM smollm2:135m", "/somewhere/Modelfile")[0] == "smollm2:135m"
+    assert read_modelfile('FROM a\nPARAMETER stop "def "\nparameter temperature 0\nPARAMETER stop <|im_end|>',
+                          None) == ("a", {"stop": ["def ", "<|im_end|>"], "temperature": 0.0})
+    for text, status in (("FROM a.gguf\nSYSTEM be nice", 501), ("PARAMETER temperature 0", 400), ("", 400),
+                         ("FROM a.gguf\nFROM b.gguf", 400), ("FROM a\nPARAMETER colour red", 400),
+                         ("FROM a\nPARAMETER num_ctx big", 400)):
         with pytest.raises(ApiError) as refused:
-            _modelfile_from(text, None)
+            read_modelfile(text, None)
         assert refused.value.status == status

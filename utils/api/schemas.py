@@ -40,6 +40,14 @@ class Options(BaseModel):
     def stops(self) -> list[str]:
         return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
 
+    def under(self, parameters: dict[str, Any]) -> Options:
+        """These options over a model's Modelfile parameters, which are over Ollama's defaults (its
+        api.Options.FromMap, model's then request's): only what the client sent overrides, so a sent
+        `stop` replaces the model's list and an unsent temperature is the model's."""
+        if not parameters:
+            return self  # every catalogue model: nothing to merge on the validator's hot path
+        return Options.model_validate({**parameters, **self.model_dump(exclude_unset=True)})
+
 
 class Message(BaseModel):
     model_config = ConfigDict(extra="allow")

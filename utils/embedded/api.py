@@ -37,6 +37,7 @@ from utils.embedded.embeddings import Embedder
 from utils.embedded.engine import ModelRunner
 from utils.embedded.models import ModelError, ModelStore
 from utils.embedded.names import not_found
+from utils.embedded.parameters import modelfile_lines, show_text
 from utils.embedded.residency import Residency, keep_alive_seconds
 from utils.embedded.tools import chat_tools, tojson
 
@@ -73,20 +74,29 @@ class Models:
         return spec.name
 
     async def get(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> tuple[ModelRunner, float]:
-        wanted = num_ctx or DEFAULT_NUM_CTX  # as in Ollama: a request without num_ctx gets the default
+        """The loaded runner, with its Modelfile parameters in `runner.parameters`."""
         runner = self.runners.get(name)
-        if runner is not None and runner.num_ctx == wanted and not self.lock.locked():
+        if runner is not None and runner.num_ctx == (num_ctx or _num_ctx(runner.parameters)) \
+                and not self.lock.locked():
             self.residency.touch(name, keep_alive)
             return runner, 0.0  # the common case: loaded under this very name, nothing to check
         name = self.resolve(name)
         self.residency.touch(name, keep_alive)  # an invalid keep_alive is a 400 before anything loads
-        return await self._load(name, wanted, keep_alive, self.runners, "", lambda path: ModelRunner(
-            name, path, wanted, self.threads, self.batch, self.fast_batches, self.gpu_layers, self.parallel))
+        parameters = self.store.spec(name).parameters
+        wanted = num_ctx or _num_ctx(parameters)
+
+        def make(path: Any) -> ModelRunner:
+            loaded = ModelRunner(name, path, wanted, self.threads, self.batch, self.fast_batches, self.gpu_layers,
+                                 self.parallel)
+            loaded.parameters = parameters
+            return loaded
+
+        return await self._load(name, wanted, keep_alive, self.runners, "", make)
 
     async def embedder(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> tuple[Embedder, float]:
         """The model's embedding context (embeddings.py), loaded on first use like a runner."""
-        wanted = num_ctx or DEFAULT_NUM_CTX
         name = self.resolve(name)
+        wanted = num_ctx or _num_ctx(self.store.spec(name).parameters)
         self.residency.touch(name, keep_alive)
         return await self._load(name, wanted, keep_alive, self.embedders, " for embeddings",
                                 lambda path: Embedder(name, path, wanted, self.threads))
@@ -148,6 +158,11 @@ class Models:
         self.embedders.clear()
 
 
+def _num_ctx(parameters: dict[str, Any]) -> int:
+    """As in Ollama: a request without num_ctx gets its model's Modelfile num_ctx, else the default."""
+    return int(parameters.get("num_ctx") or DEFAULT_NUM_CTX)
+
+
 # -- templates ----------------------------------------------------------------------------------
 
 _jinja = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -204,8 +219,10 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
 
     @app.api_route("/api/version", methods=["GET", "HEAD"])
     async def version() -> dict[str, Any]:
+        # exact_logprobs: top log-probabilities are exactly what the sampler draws from (utils/sampling.py
+        # samples from the same logits, options in Ollama's order), so rejection sampling is exact here.
         return {"version": OLLAMA_VERSION, "embedded": True, "batches_nested_requests": models.batch,
-                "burst_endpoint": models.batch}
+                "burst_endpoint": models.batch, "exact_logprobs": True}
 
     @app.api_route("/api/tags", methods=["GET", "HEAD"])
     async def tags() -> dict[str, Any]:
@@ -231,11 +248,12 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         info.pop("tokenizer.chat_template", None)
         info["tokenizer.ggml.tokens"] = runner.vocabulary() if body.verbose else []
         info["general.parameter_count"] = info.get("general.parameter_count", 0)
-        entry = _model_entry(store.spec(runner.name))
+        spec = store.spec(runner.name)
+        entry = _model_entry(spec)
         return {
             "license": "",
-            "modelfile": f"FROM {runner.path}",
-            "parameters": "",
+            "modelfile": "\n".join([f"FROM {runner.path}", *modelfile_lines(spec.parameters)]),
+            "parameters": show_text(spec.parameters),
             "template": runner.metadata.get("tokenizer.chat_template", "{{ .Prompt }}"),
             "details": entry["details"],
             "model_info": info,
@@ -249,6 +267,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         if not body.prompt and await models.unload_now(body.model, body.keep_alive):
             return final_response(body.model, "unload", None, 0.0, chat=False, stream=body.stream)
         runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
+        body.options = body.options.under(runner.parameters)
         refuse_unsupported(body.model, body.model_extra or {})
         refuse_template_and_context(body.template, body.context)
         if body.suffix:
@@ -272,6 +291,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         if not body.messages and await models.unload_now(body.model, body.keep_alive):
             return final_response(body.model, "unload", None, 0.0, chat=True, stream=body.stream)
         runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
+        body.options = body.options.under(runner.parameters)
         tools = chat_tools(runner, body)
         messages = [m.model_dump() for m in body.messages]
         refuse_unsupported(body.model, body.model_extra or {}, messages)

@@ -53,6 +53,7 @@ def register(app: FastAPI, models: Any) -> Callable[[BurstBody, Request], Awaita
         announced = (new_id(), len(body.requests))
         jobs = []
         for each in body.requests:
+            each.options = each.options.under(runner.parameters)
             job = job_for(each, each.prompt)
             job.burst = announced  # evaluated together (bursts.py), submitted in this order
             jobs.append(job)

@@ -14,6 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from utils.embedded import names
 from utils.embedded.models import ModelError, ModelSpec, ModelStore
@@ -67,13 +68,15 @@ def check_gguf(path: Path) -> Path:
     return path
 
 
-def register_file(store: ModelStore, name: str, file: Path, source: str, sha256: str | None = None) -> ModelSpec:
-    """Serve `file` (a GGUF, used where it is) under `name`. The sha256 is computed unless given."""
+def register_file(store: ModelStore, name: str, file: Path, source: str, sha256: str | None = None,
+                  parameters: dict[str, Any] | None = None) -> ModelSpec:
+    """Serve `file` (a GGUF, used where it is) under `name`, with its Modelfile `parameters` if any.
+    The sha256 is computed unless given."""
     wanted = _new_name(store, name)
     path = check_gguf(file)
     known = sha256 is None
     sha256 = sha256 or sha256_of(path)
-    store.registry.put(wanted, path, path.stat().st_size, sha256, source)
+    store.registry.put(wanted, path, path.stat().st_size, sha256, source, parameters)
     if known:  # just hashed: loading it need not hash it again
         store.mark_verified(wanted)
     return store.spec(wanted)
@@ -83,8 +86,10 @@ def _inside(path: Path, folder: Path) -> bool:
     return path.resolve().is_relative_to(folder.resolve())
 
 
-def copy_model(store: ModelStore, source: str, destination: str) -> ModelSpec:
-    """Ollama's /api/copy: `destination` serves the same file as `source`."""
+def copy_model(store: ModelStore, source: str, destination: str,
+               parameters: dict[str, Any] | None = None) -> ModelSpec:
+    """Ollama's /api/copy: `destination` serves the same file as `source`, with its parameters; those
+    given here replace the source's of the same name (a create FROM a model, as Ollama's setParameters)."""
     try:
         spec = store.spec(source)
     except ModelError:
@@ -102,7 +107,8 @@ def copy_model(store: ModelStore, source: str, destination: str) -> ModelSpec:
             except OSError:
                 shutil.copyfile(path, blob)
         path = blob
-    store.registry.put(wanted, path, spec.size, spec.sha256, f"a copy of {spec.name}")
+    store.registry.put(wanted, path, spec.size, spec.sha256, f"a copy of {spec.name}",
+                       {**spec.parameters, **(parameters or {})})
     return store.spec(wanted)
 
 

@@ -1,6 +1,7 @@
 """Ollama's model management routes on the embedded server: pull (a catalogue install with Ollama's
-progress stream), delete, copy, create (from a local GGUF path or an installed file's digest), and
-honest 501s for what it cannot do (push; blob upload).
+progress stream), delete, copy, create (from a local GGUF path, an installed file's digest or a model,
+with Modelfile parameters), and honest 501s for what it cannot do (push; blob upload; a Modelfile's
+TEMPLATE, SYSTEM, ADAPTER...).
 """
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.responses import Response
 
 from utils.api.http import ApiError, json_response, ndjson_line, ndjson_response
-from utils.embedded import names
+from utils.api.schemas import Options
+from utils.embedded import names, parameters
 from utils.embedded.library import LibraryError, copy_model, delete_model, find_blob, register_file
 from utils.embedded.models import ModelError
 
 PROGRESS_STEP = 1 << 23  # report pull progress every 8 MB
-CREATE_UNSUPPORTED = ("quantize", "system", "template", "parameters", "adapters", "messages", "license",
-                      "renderer", "parser")
+CREATE_UNSUPPORTED = ("quantize", "system", "template", "adapters", "messages", "license", "renderer", "parser")
 
 
 class PullBody(BaseModel):
@@ -52,6 +53,7 @@ class CreateBody(BaseModel):
     files: dict[str, str] | None = None
     modelfile: str | None = None  # the older API: a Modelfile's text
     path: str | None = None  # the older API: where the Modelfile was, for its relative FROM path
+    parameters: dict[str, Any] | None = None
 
 
 def _failed(error: ModelError) -> ApiError:
@@ -164,7 +166,7 @@ def register(app: FastAPI, models: Any) -> None:
         if unsupported:
             raise ApiError(f"the embedded server creates a model from one GGUF file only; {', '.join(unsupported)} "
                            "cannot be applied (the GGUF's own chat template and defaults are used)", 501)
-        source, digest = _create_source(body, extra)
+        source, digest, wanted = _create_source(body, extra)
         if names.canonical(name) in models.runners or names.canonical(name) in models.embedders:
             await models.unload(names.canonical(name), when_due=False)
         try:
@@ -174,11 +176,12 @@ def register(app: FastAPI, models: Any) -> None:
                     raise LibraryError(f"blob {digest} not found: the embedded server cannot receive uploaded blobs; "
                                        'create from a local file instead: {"model": NAME, "from": "/path/file.gguf"}')
                 spec = await asyncio.to_thread(register_file, store, name, blob, f"/api/create ({digest})",
-                                               digest.removeprefix("sha256:"))
+                                               digest.removeprefix("sha256:"), wanted)
             elif source.startswith(("/", "~")):
-                spec = await asyncio.to_thread(register_file, store, name, Path(source), f"/api/create ({source})")
+                spec = await asyncio.to_thread(register_file, store, name, Path(source), f"/api/create ({source})",
+                                               None, wanted)
             else:
-                spec = await asyncio.to_thread(copy_model, store, source, name)
+                spec = await asyncio.to_thread(copy_model, store, source, name, wanted)
         except ModelError as error:
             raise _failed(error) from None
         return _statuses([{"status": "parsing GGUF"}, {"status": f"using existing layer sha256:{spec.sha256}"},
@@ -199,40 +202,60 @@ def register(app: FastAPI, models: Any) -> None:
                        "python cli.py models add NAME FILE.gguf", 501)
 
 
-def _create_source(body: CreateBody, extra: dict[str, Any]) -> tuple[str, str | None]:
-    """(what to create from: a path or a model name, or the digest of a GGUF among `files`)."""
+def _create_source(body: CreateBody, extra: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:
+    """(what to create from: a path or a model name, or the digest of a GGUF among `files`; the
+    model's parameters: the Modelfile's, then the `parameters` object's over them)."""
     source = str(extra.get("from") or "")
+    wanted: dict[str, Any] = {}
     if body.modelfile:
-        source = _modelfile_from(body.modelfile, body.path)
+        source, wanted = read_modelfile(body.modelfile, body.path)
+    wanted.update(parameters.checked(body.parameters or {}))
+    try:
+        Options.model_validate(wanted)  # values a request could not send either (temperature -1)
+    except ValidationError as error:
+        raise ApiError(f"invalid parameters: {error.errors()[0]['loc'][0]}: {error.errors()[0]['msg']}", 400) from None
     if body.files:
         ggufs = [(file, digest) for file, digest in body.files.items() if file.endswith(".gguf")]
         if len(body.files) != 1 or len(ggufs) != 1:
             raise ApiError("the embedded server creates a model from exactly one .gguf file; safetensors and "
                            "several files are not supported", 501)
-        return "", ggufs[0][1]
+        return "", ggufs[0][1], wanted
     if not source:
         raise ApiError("neither 'from' nor 'files' was specified", 400)
     looks_like_a_file = source.lower().endswith(".gguf") or source.startswith(".") or names.canonical(source) is None
     if looks_like_a_file and not source.startswith(("/", "~")):
         raise ApiError(f"give an absolute path to the GGUF file, not a relative one: {source}", 400)
-    return source, None
+    return source, None, wanted
 
 
-def _modelfile_from(modelfile: str, where: str | None) -> str:
-    """The FROM of a Modelfile that has nothing else: other instructions cannot be applied here."""
-    sources = []
+def _unquoted(value: str) -> str:
+    """A Modelfile value without its quotes ("def " keeps its space), as Ollama's parser reads it."""
+    for quote in ('"""', '"'):
+        if len(value) >= 2 * len(quote) and value.startswith(quote) and value.endswith(quote):
+            return value[len(quote) : -len(quote)]
+    return value
+
+
+def read_modelfile(modelfile: str, where: str | None) -> tuple[str, dict[str, Any]]:
+    """(the FROM, the PARAMETER lines' parameters) of a Modelfile with only those: other instructions
+    (TEMPLATE, SYSTEM, ADAPTER...) cannot be applied here. A value is one line, quoted or not."""
+    sources, pairs = [], []
     for line in modelfile.splitlines():
         text = line.strip()
         if not text or text.startswith("#"):
             continue
         instruction, _, argument = text.partition(" ")
+        if instruction.upper() == "PARAMETER":
+            name, _, value = argument.strip().partition(" ")
+            pairs.append((name, _unquoted(value.strip())))
+            continue
         if instruction.upper() != "FROM":
-            raise ApiError(f"the embedded server supports only FROM in a Modelfile, not {instruction.upper()}: "
-                           "the GGUF's own chat template and defaults are used", 501)
+            raise ApiError(f"the embedded server supports only FROM and PARAMETER in a Modelfile, not "
+                           f"{instruction.upper()}: the GGUF's own chat template is used", 501)
         sources.append(argument.strip())
     if len(sources) != 1:
         raise ApiError("a Modelfile needs exactly one FROM line", 400)
     source = sources[0]
     if where and not source.startswith(("/", "~")) and (source.startswith(".") or source.endswith(".gguf")):
         source = str(Path(where).parent / source)
-    return source
+    return source, parameters.from_text(pairs)

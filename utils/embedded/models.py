@@ -15,8 +15,9 @@ import subprocess
 import sys
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from utils.embedded import names
 from utils.embedded.registry import Registry
@@ -46,6 +47,8 @@ class ModelSpec:
     size: int
     sha256: str
     registered: bool = False  # a user's own GGUF (registry.py), not a catalogue model
+    # Its Modelfile parameters (parameters.py); a catalogue model has none.
+    parameters: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def family(self) -> str:
@@ -105,7 +108,8 @@ class ModelStore:
         if entry is None:
             raise ModelError(f"model '{wanted}' not found")
         return ModelSpec(name=wanted, file=entry["path"], description=f"registered from {entry['source']}",
-                         parts=(), size=entry["size"], sha256=entry["sha256"], registered=True)
+                         parts=(), size=entry["size"], sha256=entry["sha256"], registered=True,
+                         parameters=entry.get("parameters") or {})
 
     def path(self, name: str) -> Path:
         spec = self.spec(name)

@@ -17,7 +17,8 @@ REGISTRY_FILE = "registered.json"
 
 
 class Registry:
-    """name -> {"path", "size", "sha256", "source"}; every change is written at once, atomically."""
+    """name -> {"path", "size", "sha256", "source", "parameters"} (the Modelfile parameters of that
+    name, parameters.py); every change is written at once, atomically."""
 
     def __init__(self, models_dir: Path):
         self.path = models_dir / REGISTRY_FILE
@@ -44,10 +45,12 @@ class Registry:
     def entries(self) -> dict[str, dict[str, Any]]:
         return self._read()
 
-    def put(self, name: str, path: Path, size: int, sha256: str, source: str) -> None:
+    def put(self, name: str, path: Path, size: int, sha256: str, source: str,
+            parameters: dict[str, Any] | None = None) -> None:
         with self._lock:
             entries = self._read()
-            entries[name] = {"path": str(path), "size": size, "sha256": sha256, "source": source}
+            entries[name] = {"path": str(path), "size": size, "sha256": sha256, "source": source,
+                             "parameters": parameters or {}}
             self._write(entries)
 
     def remove(self, name: str) -> dict[str, Any] | None:
