@@ -128,18 +128,20 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from utils.engine.events import GenerationError
     from utils.engine.request import GenerationRequest
     from utils.hosts import HostError, generate_once
-    from utils.sampling import SamplingOptions
-
     try:
         settings = get_settings()
         chosen = {key: value for key, value in {"p_min": args.p_min, "draft_top_k": args.top_k_draft}.items()
                   if value is not None}
         engine = EngineConfig(**{**settings.engine.model_dump(), **chosen})
         settings = settings.model_copy(update={"engine": engine})
-        options = SamplingOptions(temperature=args.temperature, top_k=args.top_k, seed=args.seed)
+        # Only the options given (on the command line or SPEC_NUM_CTX): the model's own parameters
+        # (its Modelfile) apply to the rest, as for any Ollama client.
+        given = {"temperature": args.temperature, "top_k": args.top_k, "seed": args.seed}
+        options = {**{key: value for key, value in given.items() if value is not None},
+                   **settings.engine.context_options()}
         request = GenerationRequest(prompt=args.prompt, raw=not args.chat, options=options,
-                                    max_tokens=args.max_tokens, k=args.k, stop=args.stop or [],
-                                    format=args.format)
+                                    max_tokens=args.max_tokens, k=args.k, stop=args.stop or None,
+                                    format=args.format, think=args.think)
         result = asyncio.run(generate_once(
             settings, request, target=args.target, drafter=args.draft, host=args.host,
             draft_host=args.draft_host, echo=None if args.json else _echo,
@@ -257,6 +259,16 @@ def _answer_format(text: str) -> str | dict:
     return schema
 
 
+def _think(text: str) -> bool | str:
+    """Ollama's `think`: true or false, or a level (the models that have levels, gpt-oss)."""
+    value = text.strip().lower()
+    if value in ("true", "false"):
+        return value == "true"
+    if value in ("high", "medium", "low"):
+        return value
+    raise argparse.ArgumentTypeError("must be true, false, high, medium or low")
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -314,9 +326,13 @@ def build_parser() -> argparse.ArgumentParser:
                           help="a draft model, 'lookup' (prompt lookup) or 'none' (standard generation)")
     generate.add_argument("--k", type=_non_negative, default=None, help="fixed draft length (default: adaptive)")
     generate.add_argument("--p-min", type=_probability, default=None)
-    generate.add_argument("--top-k", type=_non_negative, default=40, help="sampling top-k of the answer")
+    generate.add_argument("--top-k", type=_non_negative, default=None,
+                          help="sampling top-k of the answer (default: the model's, else Ollama's 40)")
     generate.add_argument("--top-k-draft", type=int, default=None, help="draft candidates read per position")
-    generate.add_argument("--temperature", type=float, default=0.0)
+    generate.add_argument("--temperature", type=float, default=0.0,
+                          help="sampling temperature (default 0: greedy, the target's own answer)")
+    generate.add_argument("--think", type=_think, default=None,
+                          help="a thinking model's reasoning: true, false, high, medium or low (default: the model's)")
     generate.add_argument("--seed", type=int, default=None)
     generate.add_argument("--max-tokens", type=int, default=256)
     generate.add_argument("--stop", action="append", help="a stop string (repeatable)")

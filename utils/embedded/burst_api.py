@@ -46,9 +46,11 @@ def register(app: FastAPI, models: Any) -> Callable[[BurstBody, Request], Awaita
                 raise ApiError("every request of a burst must use the same num_ctx", 400)
             if not each.raw or each.stream or each.options.num_predict != 1 or not each.prompt:
                 raise ApiError("a burst holds raw, non-streamed requests with num_predict 1 and a prompt", 400)
-            if each.format is not None or each.suffix or each.model_extra:
+            # `think: false` (what the engine sends) leaves raw output as it is; anything else is /api/generate's.
+            extra = {name for name, value in (each.model_extra or {}).items() if (name, value) != ("think", False)}
+            if each.format is not None or each.suffix or extra:
                 raise ApiError("a burst request has fields only /api/generate serves: "
-                               f"{sorted({*(each.model_extra or {}), *(['format'] if each.format else [])})}", 400)
+                               f"{sorted({*extra, *(['format'] if each.format else [])})}", 400)
         runner, load = await models.get(first.model, first.options.num_ctx, first.keep_alive)
         announced = (new_id(), len(body.requests))
         jobs = []
