@@ -1,27 +1,25 @@
-"""One real embedded server (llama.cpp, bundled models) for the whole test session.
+"""One real embedded server (llama.cpp, bundled models) for the whole test session, and the process's
+caches emptied around every test, so that tests pass alone, in any order and after one another.
 
 Set OLLAMA_HOST_FOR_TESTS to run the suite against another Ollama-compatible server instead.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import ollama
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from utils.embedded.server import EmbeddedServer  # noqa: E402
 
 UNIT = Path(__file__).resolve().parent / "unit"  # the fast layer: no model, no server
-
-SMALL = "smollm2:135m"
-TARGET = "qwen2.5-coder:1.5b"
-DRAFT = "qwen2.5-coder:0.5b"
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects anything
@@ -31,6 +29,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if UNIT not in item.path.resolve().parents:
             item.add_marker(pytest.mark.models)
+
+
+def clear_process_caches() -> None:
+    """Empties what the project keeps for the life of the process, in the modules already imported
+    (one not imported yet holds nothing): the engine's draft-length controllers and tokenizer
+    vocabularies, the settings read once, an embedded server `utils.hosts` started for a CLI call,
+    and Streamlit's data caches (st.cache_data: tokenizer relations, the parallel check).
+
+    Left alone: the session's embedded server (`server_url`) and what it loaded, and Streamlit's
+    st.cache_resource (the app's one event loop and its clients: resources, not results, which
+    clearing would leak rather than close)."""
+    if controller := sys.modules.get("utils.engine.controller"):
+        controller.clear_controllers()
+    if tokenizers := sys.modules.get("utils.engine.tokenizers"):
+        tokenizers.clear_vocabularies()
+    if config := sys.modules.get("config"):
+        config.get_settings.cache_clear()
+    if hosts := sys.modules.get("utils.hosts"):
+        hosts.stop_embedded()
+    if streamlit := sys.modules.get("streamlit"):
+        # Outside a running app Streamlit warns, on every clear, that it keeps the cache in memory.
+        quiet = logging.getLogger("streamlit.runtime.caching.cache_data_api")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            streamlit.cache_data.clear()
+        finally:
+            quiet.setLevel(level)
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_caches() -> Iterator[None]:
+    """Every test starts from empty caches and leaves none behind (see clear_process_caches)."""
+    clear_process_caches()
+    yield
+    clear_process_caches()
 
 
 @pytest.fixture(scope="session")

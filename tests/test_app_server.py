@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from config import Settings
-from tests.conftest import SMALL
+from tests.support.models import SMALL
 from utils.app.lifecycle import AppServer, ended
 from utils.embedded.models import ModelStore
 from utils.hosts import HostError

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from config import Settings
-from tests.conftest import ROOT, SMALL
+from tests.support.models import ROOT, SMALL
 from utils.bench.runner import BenchConfig, load_prompts, run_bench
 
 PROMPTS = [

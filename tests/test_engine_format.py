@@ -11,7 +11,7 @@ import json
 import jsonschema
 
 from config import get_settings
-from tests.conftest import SMALL
+from tests.support.models import SMALL
 from utils.engine.client import OllamaServer
 from utils.engine.decoder import FORMAT_REASON, build_decoder
 from utils.engine.events import DoneEvent, FallbackEvent, TextEvent

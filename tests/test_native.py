@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from config import Settings
-from tests.conftest import DRAFT, TARGET
+from tests.support.models import DRAFT, TARGET
 from utils.bench.native import NativeError, NativeServer, server_binary, speculation_args
 from utils.bench.report import NATIVE, PROJECT
 from utils.bench.runner import BenchConfig, run_bench

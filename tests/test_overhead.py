@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.models import ROOT
 from utils.bench.overhead import KS, RATES, speedup
 
 ROW = re.compile(r"^(?P<label>\S.*?)\s+(?P<wall>-?\d+\.\d+)\s+(?P<engine>-?\d+\.\d+)\s+(?P<outside>-?\d+\.\d+)$")

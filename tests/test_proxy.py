@@ -23,7 +23,7 @@ import httpx
 import ollama
 import pytest
 
-from tests.conftest import SMALL
+from tests.support.models import SMALL
 from utils.embedded.server import EmbeddedServer
 from utils.processes import free_port, stop_process, wait_until_healthy
 

@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, Phase
 
 import utils.embedded.server as embedded_server
 from config import Settings
-from tests.conftest import SMALL
-from tests.test_speculative import answer, settings
+from tests.support.engine import answer, settings
+from tests.support.models import SMALL
 from utils.bench import soak
 from utils.embedded.server import EmbeddedServer
 from utils.engine.answer import collect

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from config import Settings
-from tests.conftest import DRAFT, SMALL, TARGET
+from tests.support.engine import answer, settings
+from tests.support.models import DRAFT, SMALL, TARGET
 from utils.embedded.server import EmbeddedServer
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer
@@ -25,20 +25,6 @@ PROMPTS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" /
 EQUALITY_PROMPTS = [p for c in ("code", "edit", "summarize", "chat")
                     for p in [q for q in PROMPTS if q["category"] == c][:8]]
 EQUALITY_TOKENS = 32
-
-
-def settings(**update) -> Settings:
-    """Test settings; generous time limits, so that a busy machine does not end speculation early."""
-    return Settings(**{"k_max": 8, "p_min": 0.2, "draft_timeout": 60, "verify_timeout": 120, **update})
-
-
-async def answer(server_url: str, target: str, drafter: str, request: GenerationRequest, **update) -> dict:
-    server = OllamaServer(server_url)
-    try:
-        decoder = await build_decoder(settings(**update).engine, server, target, drafter)
-        return await collect(decoder, request)
-    finally:
-        await server.aclose()
 
 
 # -- greedy: identical to standard generation ------------------------------------------------------

@@ -56,6 +56,15 @@ def target_host(settings: Settings, explicit: str | None = None) -> str:
     return _embedded.url
 
 
+def stop_embedded() -> None:
+    """Stops the embedded server `target_host` started, if any, and forgets it."""
+    global _embedded
+    if _embedded is not None:
+        atexit.unregister(_embedded.stop)
+        _embedded.stop()
+        _embedded = None
+
+
 def servers(settings: Settings, host: str | None = None,
             draft_host: str | None = None) -> tuple[OllamaServer, OllamaServer | None]:
     target = OllamaServer(target_host(settings, host), connect_timeout=settings.engine.connect_timeout,

@@ -16,8 +16,8 @@ import time
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import TARGET, cores_used, server_pid
-from tests.e2e.driving import (
+from tests.support.browser import TARGET, cores_used, server_pid
+from tests.support.driving import (
     ANSWER_TIMEOUT,
     COMPARE_PROMPT,
     DRAFT_SPAN,

@@ -9,8 +9,8 @@ import time
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import RunningApp
-from tests.e2e.driving import (
+from tests.support.browser import RunningApp
+from tests.support.driving import (
     ANSWER_TIMEOUT,
     LOOKUP_OPTION,
     answer_after,

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import RunningApp
-from tests.e2e.driving import (
+from tests.support.browser import RunningApp
+from tests.support.driving import (
     DRAFT_SPAN,
     LOOKUP_OPTION,
     answer_after,

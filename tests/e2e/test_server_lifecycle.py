@@ -10,8 +10,8 @@ import signal
 
 from playwright.sync_api import Page, expect
 
-from tests.e2e.conftest import RunningApp, embedded_server_pid
-from tests.e2e.driving import (
+from tests.support.browser import RunningApp, embedded_server_pid
+from tests.support.driving import (
     ANSWER_TIMEOUT,
     LONG_PROMPT,
     RERUN_TIMEOUT,

@@ -1,6 +1,6 @@
 """Driving the app in Chromium as a person does: open it, change sidebar settings, send a message and
 wait for its answer to stream and be saved, read an answer's stats, take a screenshot. Shared by the
-browser tests (conftest.py starts the app and the browser).
+browser tests (tests/e2e/conftest.py starts the app and the browser).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from playwright.sync_api import Locator, Page, TimeoutError, expect
 
-from tests.e2e.conftest import VIEWPORT
+from tests.support.browser import VIEWPORT
 
 ROOT = Path(__file__).resolve().parents[2]
 # Where the screenshots go. A test run must not change tracked files, so by default they land in

@@ -173,3 +173,8 @@ def controller_for(key: tuple, k_max: int, fixed_k: int | None) -> DraftLengthCo
     if full_key not in _controllers:
         _controllers[full_key] = DraftLengthController(k_max=k_max, fixed_k=fixed_k)
     return _controllers[full_key]
+
+
+def clear_controllers() -> None:
+    """Forgets every controller and what it learned (tests start from a fresh process's state)."""
+    _controllers.clear()

@@ -63,6 +63,11 @@ async def vocabulary(server: OllamaServer, model: str) -> tuple[str, set[str]]:
     return _vocabularies[key]
 
 
+def clear_vocabularies() -> None:
+    """Forgets the cached vocabularies, so the next look asks the server again."""
+    _vocabularies.clear()
+
+
 async def tokenizer_relation(target: OllamaServer, target_model: str, draft: OllamaServer, draft_model: str) -> str:
     if draft.url == target.url and draft_model == target_model:
         return "unusable"

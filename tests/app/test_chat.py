@@ -1,0 +1,212 @@
+"""The Chat page on the real embedded server (AppTest): answers streamed and stored, conversations
+listed, opened, renamed, deleted, and the speed-up or the reason there is none."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import config
+from tests.support.app import (
+    REPEAT_PROMPT,
+    answer_texts,
+    conversation_buttons,
+    open_app,
+    short_answers,
+    speculative_stats,
+)
+from tests.support.models import SMALL
+from utils.app.store import ConversationStore
+
+
+def test_chat_standard_then_speculative_persists_across_reload(data_dir):
+    at = open_app()
+    assert "no baseline measured yet" in " ".join(c.value for c in at.sidebar.caption)
+
+    # A standard answer: it becomes the baseline for this server and target.
+    short_answers(at, speculative=False)
+    at.chat_input[0].set_value(REPEAT_PROMPT).run()
+    assert not at.exception, at.exception
+    assert len(answer_texts(at)) == 1 and answer_texts(at)[0].strip()
+    assert "standard baseline" in " ".join(c.value for c in at.sidebar.caption)
+
+    # A speculative answer: streamed, saved with its stats, a chart and a measured speed-up.
+    short_answers(at, speculative=True)
+    at.chat_input[0].set_value(REPEAT_PROMPT).run()
+    assert not at.exception, at.exception
+    texts = answer_texts(at)
+    assert len(texts) == 2 and texts[1].strip()
+    assert [e.label for e in at.expander].count("Stats") == 2
+    assert at.get("plotly_chart"), "the last answer has its charts"
+    assert any("speed-up ×" in c.value for c in at.caption)
+    assert any(json.loads(j.value)["mode"] == "speculative" for j in at.json)
+
+    # A reload is a new session: the conversation is listed and shown from the database.
+    reloaded = open_app()
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    [conversation] = stored.conversations()
+    assert conversation_buttons(reloaded) == [(REPEAT_PROMPT, True)]
+    assert answer_texts(reloaded) == texts
+    roles = [m["role"] for m in stored.messages(conversation["id"])]
+    assert roles == ["user", "assistant", "user", "assistant"]
+
+
+def test_chat_context_full_keeps_the_answer_with_a_note(data_dir, monkeypatch):
+    monkeypatch.setenv("SPEC_NUM_CTX", "256")
+    config.get_settings.cache_clear()
+    at = open_app()
+    short_answers(at, speculative=True)
+    at.chat_input[0].set_value("Summarise this text. " + "The cat sat on the mat and looked around. " * 40).run()
+    assert not at.exception, at.exception
+    [note] = [w.value for w in at.warning]
+    assert "no longer fits in the model's context (256 tokens)" in note
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    [conversation] = stored.conversations()
+    answer = stored.messages(conversation["id"])[-1]
+    assert answer["role"] == "assistant" and answer["note"] == note and answer["stats"] is None
+
+
+def test_chat_lists_conversations_opens_by_id_renames_deletes_after_asking_and_exports(data_dir):
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    first = stored.create("same title")
+    stored.add_message(first, "user", "hello")
+    stored.add_message(first, "assistant", "hi <there>", pieces=[["hi", "draft"], [" <there>", "bonus"]])
+    second = stored.create("same title")  # the most recent: listed first and opened by default
+    stored.add_message(second, "user", "second question")
+
+    at = open_app()
+    assert conversation_buttons(at) == [("same title", True), ("same title", False)]  # two, told apart by id
+    assert [m.value for m in at.chat_message[0].markdown] == ["second question"]
+    at.sidebar.button(key=f"conversation-{first}").click().run()
+    assert conversation_buttons(at) == [("same title", False), ("same title", True)]
+    assert "hi" in answer_texts(at)[0] and "&lt;there&gt;" in answer_texts(at)[0]
+    assert {b.label for b in at.get("download_button")} == {"Export as JSON", "Export as Markdown"}
+
+    at.text_input(key=f"title-{first}").set_value("greetings")
+    at.button(key="rename").click().run()
+    assert stored.conversation(first)["title"] == "greetings"
+    assert ("greetings", True) in conversation_buttons(at)
+
+    # Delete asks first; Cancel keeps it.
+    at.button(key="delete").click().run()
+    assert "Delete “greetings” and its 2 messages? This cannot be undone." in [w.value for w in at.warning]
+    assert len(stored.conversations()) == 2
+    at.button(key="delete-cancel").click().run()
+    assert not at.warning and len(stored.conversations()) == 2
+
+    at.button(key="delete").click().run()
+    at.button(key="delete-confirm").click().run()
+    assert not at.exception, at.exception
+    assert [c["id"] for c in stored.conversations()] == [second]
+    assert conversation_buttons(at) == [("same title", True)]
+
+
+def test_chat_new_twice_then_a_question_makes_one_conversation(data_dir):
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    old = stored.create("old one")
+    stored.add_message(old, "user", "hello")
+
+    at = open_app()
+    short_answers(at, speculative=False)
+    at.sidebar.button(key="new").click().run()
+    assert conversation_buttons(at) == [("old one", False)] and not at.chat_message
+    assert "A new conversation" in " ".join(c.value for c in at.caption)
+    at.sidebar.button(key="new").click().run()
+    assert len(stored.conversations()) == 1, "New stores nothing"
+
+    at.chat_input[0].set_value(REPEAT_PROMPT).run()
+    assert not at.exception, at.exception
+    assert [c["title"] for c in stored.conversations()] == [REPEAT_PROMPT, "old one"]
+    assert conversation_buttons(at) == [(REPEAT_PROMPT, True), ("old one", False)]
+    assert len(answer_texts(at)) == 1
+
+
+def test_the_qwen_example_picks_the_pair_and_answers_with_it(data_dir):
+    at = open_app()
+    at.sidebar.number_input(key="max_tokens").set_value(12).run()
+    [qwen] = [b for b in at.button if b.key == "example-Complete code with the Qwen pair"]
+    assert not qwen.disabled  # the test server has both models
+    qwen.click().run()
+    assert not at.exception, at.exception
+    assert at.sidebar.selectbox(key="target").value == "qwen2.5-coder:1.5b"
+    assert at.sidebar.selectbox(key="drafter").value == "qwen2.5-coder:0.5b"
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    [conversation] = stored.conversations()
+    question, answer = stored.messages(conversation["id"])
+    assert question["content"].startswith("Complete this Python function")
+    assert answer["stats"]["target"] == "qwen2.5-coder:1.5b" and answer["stats"]["drafter"] == "qwen2.5-coder:0.5b"
+
+
+def test_chat_shows_no_speedup_where_nothing_was_drafted(data_dir):
+    """A speed-up only where speculation ran: otherwise the reason, in the answer's caption."""
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    baseline = {"tokens_per_second": 20.0, "how": "last standard answer in Chat", "measured_at": "2026-01-01T00:00:00"}
+    conversation = stored.create("speeds")
+    stored.add_message(conversation, "user", "hello")
+    stored.add_message(conversation, "assistant", "x" * 127, baseline=baseline,
+                       stats=speculative_stats(127, 2, 1, [4] + [0] * 20))
+    stored.add_message(conversation, "user", "again")
+    stored.add_message(conversation, "assistant", "short", baseline=baseline, stats=speculative_stats(3, 3, 3, [4]))
+    stored.add_message(conversation, "user", "and again")
+    stored.add_message(conversation, "assistant", "fine", baseline=baseline,
+                       stats=speculative_stats(40, 30, 20, [4] * 8))
+
+    at = open_app()
+    captions = [c.value for c in at.caption if c.value.startswith("speculative")]
+    assert len(captions) == 3, captions
+    assert ("no speed-up shown: drafted 2 of 127 tokens: the controller found drafting did not pay here"
+            in captions[0]) and "×" not in captions[0]
+    assert "no speed-up shown: 3 tokens is too short an answer to measure a speed-up" in captions[1]
+    assert "×" not in captions[1]
+    assert "speed-up ×2.00 against standard baseline 20.0 tokens/s" in captions[2]
+
+
+def test_a_stopped_answer_keeps_its_text_and_the_rounds_so_far():
+    from utils.app.answer_view import Answer
+    from utils.engine.stats import AnswerStats, RoundRecord
+
+    live = AnswerStats(mode="speculative", target=SMALL, drafter="lookup")
+    live.observe_round(RoundRecord(k=4, drafted=4, accepted=3, emitted=4, seconds=0.2, at_seconds=0.5))
+    answer = Answer(text="The quick", pieces=[["The quick", "draft"]], live=live, live_at=0.5)
+    answer.stop()
+    assert answer.stopped and answer.text == "The quick"
+    assert answer.stats["done_reason"] == "stopped" and answer.stats["tokens_per_second"] == pytest.approx(8.0)
+    assert answer.note == "Stopped after 4 tokens: the partial answer is kept."
+
+    nothing = Answer()
+    nothing.stop()
+    assert nothing.stopped and nothing.stats is None and nothing.note == "Stopped early: no text had been generated."
+
+
+def test_the_chart_says_so_far_only_while_the_answer_streams():
+    from utils.app.speed import speedup_so_far
+
+    baseline = {"tokens_per_second": 20.0}
+    live = speculative_stats(100, 80, 60, [4] * 20)
+    live["done_reason"] = ""
+    assert speedup_so_far(live, baseline, 30.0) == "speed-up so far ×1.50 against the standard baseline"
+    finished = {**live, "done_reason": "stop"}
+    assert speedup_so_far(finished, baseline, 30.0) == "speed-up ×1.50 against the standard baseline"
+    short = {**finished, "output_tokens": 3, "drafted_tokens": 3}
+    assert "too short an answer" in speedup_so_far(short, baseline, 30.0)
+
+
+# Whitespace, emoji and right-to-left text in a question (from the bad-input tests).
+EMOJI_RTL = "Repeat this line exactly: 🚀 שלום עולם — مرحبا بالعالم 👍🏽 café"
+
+
+def test_app_chat_with_whitespace_emoji_and_right_to_left_prompts(data_dir):
+    at = open_app()
+    short_answers(at, speculative=True)
+    for prompt in ("   ", EMOJI_RTL):
+        at.chat_input[0].set_value(prompt).run()
+        assert not at.exception, at.exception
+        assert not at.error, [e.value for e in at.error]
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    [conversation] = stored.conversations()
+    messages = stored.messages(conversation["id"])
+    # a message of spaces is not sent (nothing stored for it); the other is stored and read back exactly
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[0]["content"] == EMOJI_RTL
+    assert "\ufffd" not in messages[1]["content"]

@@ -1,0 +1,23 @@
+"""Answers from the speculative engine itself (no HTTP layer of ours), for the model-backed tests."""
+
+from __future__ import annotations
+
+from config import Settings
+from utils.engine.answer import collect
+from utils.engine.client import OllamaServer
+from utils.engine.decoder import build_decoder
+from utils.engine.request import GenerationRequest
+
+
+def settings(**update) -> Settings:
+    """Test settings; generous time limits, so that a busy machine does not end speculation early."""
+    return Settings(**{"k_max": 8, "p_min": 0.2, "draft_timeout": 60, "verify_timeout": 120, **update})
+
+
+async def answer(server_url: str, target: str, drafter: str, request: GenerationRequest, **update) -> dict:
+    server = OllamaServer(server_url)
+    try:
+        decoder = await build_decoder(settings(**update).engine, server, target, drafter)
+        return await collect(decoder, request)
+    finally:
+        await server.aclose()
