@@ -1,6 +1,7 @@
 """The layers as the README draws them, read from the source with `ast`: the engine imports nothing of
 the app, the server, the benchmarks or the top-level settings; the embedded server nothing of the
-engine; and no module grows past 400 lines."""
+engine; no test module imports another test module or a conftest (shared helpers live in
+tests/support/, fixtures in conftest.py files); and no module, tests included, grows past 400 lines."""
 
 from __future__ import annotations
 
@@ -63,6 +64,12 @@ def test_module_names_and_imports_are_read_right() -> None:
     }
     # Imports inside functions count too: the engine must not reach the app lazily either.
     assert imports_in("def f():\n    import config\n", "utils.engine") == {"config"}
+    # A test module's imports of other test modules, absolute or relative, and of conftest files.
+    test_imports = imports_in("from .test_app import open_app\nimport tests.conftest\nfrom tests.support import app\n",
+                              "tests.unit")
+    assert sorted(name for name in test_imports if is_test_module(name)) == [
+        "tests.conftest", "tests.unit.test_app", "tests.unit.test_app.open_app"]
+    assert not is_test_module("tests.support.app") and not is_test_module("utils.engine.tests")
 
 
 @pytest.mark.parametrize("path", modules("utils/engine"), ids=lambda p: str(p.relative_to(ROOT)))
@@ -76,6 +83,21 @@ def test_the_embedded_server_imports_nothing_of_the_engine() -> None:
            for path in modules("utils/embedded")}
     assert not {path: names for path, names in bad.items() if names}
     assert bad  # the folder was found and read
+
+
+def is_test_module(name: str) -> bool:
+    """A test module (tests/.../test_*.py) or a conftest, or a name inside one."""
+    parts = name.split(".")
+    return parts[0] == "tests" and any(part.startswith("test_") or part == "conftest" for part in parts[1:])
+
+
+@pytest.mark.parametrize("path", modules("tests"), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_test_module_imports_another_test_module_or_a_conftest(path: Path) -> None:
+    """Importing a test module runs its tests' module code twice and ties the tests to each other's
+    order; pytest itself loads conftest files (imported again, they run twice too)."""
+    own = module_name(path)
+    bad = sorted(name for name in imports(path) if is_test_module(name) and not within(name, own))
+    assert not bad, f"{path.relative_to(ROOT)} imports {', '.join(bad)}: move it to tests/support/ or a conftest.py"
 
 
 def project_modules() -> dict[str, Path]:
@@ -111,7 +133,7 @@ def test_the_engine_reaches_no_app_server_or_settings_through_shared_modules() -
 
 
 def test_no_module_over_400_lines() -> None:
-    paths = modules("utils") + modules("pages") + sorted(ROOT.glob("*.py"))
+    paths = modules("utils") + modules("pages") + modules("tests") + sorted(ROOT.glob("*.py"))
     assert len(paths) > 20
     sizes = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in paths}
     over = {path: lines for path, lines in sizes.items() if lines > MAX_LINES}
