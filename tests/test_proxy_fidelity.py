@@ -1,0 +1,123 @@
+"""The proxy changes nothing upstream would have done: the model's own parameters (a Modelfile's
+`PARAMETER`s) decide as they do for a direct request, and no request the proxy sends upstream carries
+a `num_ctx` the client did not send (Ollama reloads a model whose num_ctx changes).
+
+Client -> proxy -> a recording pass-through (tests/support/tap.py) -> an embedded server with its own
+data folder, where models with parameters are created through the real `/api/create`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import ollama
+import pytest
+
+from config import Settings
+from tests.support.models import DRAFT
+from tests.support.proxy import running_proxy
+from tests.support.tap import Tap
+from utils.embedded.models import ModelStore
+from utils.embedded.server import EmbeddedServer
+
+GREEDY_MODEL = "fidelity-greedy"  # PARAMETER temperature 0, PARAMETER stop "def "
+SAMPLED_MODEL = "fidelity-sampled"  # PARAMETER temperature 0.7, top_k 20, top_p 0.8
+QUESTION = [{"role": "user", "content": "Write two Python functions: one that adds and one that subtracts."}]
+REPEATING = [{"role": "user", "content": "Repeat this sentence exactly twice: The quick brown fox jumps over "
+                                         "the lazy dog near the river bank."}]
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory) -> Iterator[str]:
+    """An embedded server with its own data folder (the shared models are only read), holding two
+    models created FROM the bundled Qwen 0.5B file with parameters of their own."""
+    data = tmp_path_factory.mktemp("fidelity-data")
+    shared = ModelStore(Settings().models_dir)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPEC_DATA_DIR", str(data))
+        patch.setenv("SPEC_MODEL_SOURCES", str(shared.models_dir))
+        server = EmbeddedServer(log_path=data / "server.log")
+        server.start()
+    try:
+        client = ollama.Client(host=server.url)
+        gguf = str(shared.path(DRAFT))
+        client.create(model=GREEDY_MODEL, from_=gguf, parameters={"temperature": 0, "stop": ["def "]})
+        client.create(model=SAMPLED_MODEL, from_=gguf, parameters={"temperature": 0.7, "top_k": 20, "top_p": 0.8})
+        yield server.url
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def tapped(upstream) -> Iterator[Tap]:
+    with Tap(upstream) as tap:
+        yield tap
+
+
+@pytest.fixture(scope="module")
+def proxied(tapped) -> Iterator[str]:
+    """Prompt lookup for both models, K fixed so that answers are speculated whatever this CPU measures."""
+    with running_proxy(tapped.url, "--pair", f"{GREEDY_MODEL}=lookup", "--pair", f"{SAMPLED_MODEL}=lookup",
+                       "--k", "3") as url:
+        yield url
+
+
+def chat(url: str, model: str, messages: list[dict], **fields) -> dict:
+    response = httpx.post(f"{url}/api/chat", json={"model": model, "messages": messages, "stream": False, **fields},
+                          timeout=600)
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def options_sent(tap: Tap) -> list[dict]:
+    """The options of every request the proxy made upstream (generate, chat, bursts' parts)."""
+    found = []
+    for _, path, body in tap.received:
+        if isinstance(body, dict):
+            found += [part.get("options") or {} for part in body.get("requests") or [body]]
+    return found
+
+
+def test_a_model_made_greedy_by_its_modelfile_answers_as_upstream_does(proxied, tapped, upstream):
+    direct = chat(upstream, GREEDY_MODEL, QUESTION, options={"num_predict": 80})
+    tapped.clear()
+    through = chat(proxied, GREEDY_MODEL, QUESTION, options={"num_predict": 80})
+    assert through["speculative"]["method"] == "greedy"  # speculated, and greedy because the model says so
+    assert through["message"]["content"] == direct["message"]["content"]
+    assert through["done_reason"] == direct["done_reason"] == "stop"  # the Modelfile's stop, where upstream stops
+    assert "def " not in through["message"]["content"]
+    sent = options_sent(tapped)
+    assert sent and not any("temperature" in each and each["temperature"] != 0 for each in sent)
+    assert not any("stop" in each for each in sent)  # the model's own stop stays the model's
+
+
+def test_sampled_answers_use_the_models_parameters(proxied, tapped):
+    tapped.clear()
+    through = chat(proxied, SAMPLED_MODEL, REPEATING, options={"num_predict": 40})
+    assert through["speculative"]["method"] == "sample-match"  # sampled: the model's temperature 0.7
+    # Upstream sampled with the model's own parameters: the requests that drew the answer's tokens (the
+    # seeded one-token verifications and the standard segments) carry none of the proxy's over them.
+    # (The engine's own greedy measurements, a probe and a cost check, choose no token of the answer.)
+    drawing = [each for each in options_sent(tapped) if "seed" in each or each.get("num_predict") != 1]
+    assert drawing
+    for each in drawing:
+        assert not {"temperature", "top_k", "top_p", "min_p"} & set(each), each
+
+
+def test_no_request_upstream_carries_a_num_ctx_the_client_did_not_send(proxied, tapped):
+    tapped.clear()
+    chat(proxied, GREEDY_MODEL, REPEATING, options={"num_predict": 30}, keep_alive="5m")
+    client = ollama.Client(host=proxied)
+    client.generate(model=GREEDY_MODEL, prompt="def fib(n):", raw=True, options={"num_predict": 20})
+    client.generate(model=GREEDY_MODEL, prompt="Say hi", options={"num_predict": 5, "repeat_penalty": 1.2})  # forwarded
+    sent = options_sent(tapped)
+    assert len(sent) > 5
+    assert not [each for each in sent if "num_ctx" in each]
+
+
+def test_a_num_ctx_the_client_sent_goes_with_every_request(proxied, tapped):
+    tapped.clear()
+    chat(proxied, GREEDY_MODEL, REPEATING, options={"num_predict": 30, "num_ctx": 4096}, keep_alive="5m")
+    sent = options_sent(tapped)
+    assert sent and all(each.get("num_ctx") == 4096 for each in sent)
