@@ -7,7 +7,12 @@ is an embedded server that serves one request at a time (as Ollama with OLLAMA_N
 speculation cannot pay there, and the controller must bring the proxy back to standard speed.
 
     .venv/bin/python -m utils.bench.proxy [--model smollm2:135m] [--drafter lookup] [--no-batch]
-        [--limit 3] [--repeat 2] [--max-tokens 96]
+        [--limit 3] [--repeat 2] [--max-tokens 96] [--upstream http://127.0.0.1:11434]
+
+Beside the speeds it prints how many answers through the proxy were identical to the direct ones, and
+the server's self-consistency: how many direct answers were the same when the same request came again
+a repeat later. On the embedded server both are 100%; on a llama.cpp-based server (Ollama 0.30+) a
+row's logits depend on the batch and the cache, and identity can be no better than self-consistency.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ import statistics
 import subprocess
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 
 import httpx
 import ollama
@@ -30,12 +37,12 @@ from utils.processes import free_port, stop_process, wait_until_healthy
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _answer(client: ollama.Client, model: str, prompt: str, max_tokens: int) -> tuple[int, float]:
-    """Tokens answered (eval_count) and the wall time of the answer, as the client saw it."""
+def _answer(client: ollama.Client, model: str, prompt: str, max_tokens: int) -> tuple[int, float, str]:
+    """Tokens answered (eval_count), the wall time of the answer as the client saw it, and its text."""
     started = time.perf_counter()
     answer = client.chat(model=model, messages=[{"role": "user", "content": prompt}],
                          options={"temperature": 0, "num_predict": max_tokens})
-    return answer.eval_count or 0, time.perf_counter() - started
+    return answer.eval_count or 0, time.perf_counter() - started, answer.message.content or ""
 
 
 def _modes(metrics: str) -> dict[str, int]:
@@ -56,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="smollm2:135m")
     parser.add_argument("--drafter", default="lookup")
     parser.add_argument("--no-batch", action="store_true", help="an upstream that serialises requests")
+    parser.add_argument("--upstream", default=None,
+                        help="an Ollama already running (e.g. http://127.0.0.1:11434) instead of an embedded server")
     parser.add_argument("--limit", type=int, default=3, help="prompts per category")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=96)
@@ -63,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     prompts = [json.loads(line) for line in (ROOT / "prompts" / "bench.jsonl").open()]
     chosen = [p for c in dict.fromkeys(p["category"] for p in prompts)
               for p in [q for q in prompts if q["category"] == c][: args.limit]]
-    with EmbeddedServer(batch=not args.no_batch) as upstream:
+    running = SimpleNamespace(url=args.upstream)
+    with nullcontext(running) if args.upstream else EmbeddedServer(batch=not args.no_batch) as upstream:
         port = free_port()
         process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "proxy", "--upstream", upstream.url,
                                     "--port", str(port), "--pair", f"{args.model}={args.drafter}"],
@@ -80,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             ratios: dict[str, list[float]] = {}
             by_mode: dict[str, list[float]] = {}
             seconds = {"direct": 0.0, "through": 0.0}  # the whole run's answering time each way
+            identical: list[bool] = []  # through the proxy == direct, the same prompt in the same pair
+            consistent: list[bool] = []  # direct == direct in the first repeat: the server against itself
+            first_direct: dict[str, str] = {}
             for repeat in range(args.repeat):
                 for index, prompt in enumerate(chosen):
                     order = [direct, through] if (index + repeat) % 2 == 0 else [through, direct]
@@ -88,7 +101,12 @@ def main(argv: list[str] | None = None) -> int:
                     _answer(direct, args.model, prompt["prompt"], 1)
                     before = _modes(httpx.get(f"{url}/metrics").text)
                     answers = {id(c): _answer(c, args.model, prompt["prompt"], args.max_tokens) for c in order}
-                    speed = {key: tokens / wall for key, (tokens, wall) in answers.items()}
+                    speed = {key: tokens / wall for key, (tokens, wall, _) in answers.items()}
+                    text = {side: answers[id(client)][2] for side, client in (("direct", direct), ("through", through))}
+                    identical.append(text["through"] == text["direct"])
+                    if prompt["id"] in first_direct:
+                        consistent.append(text["direct"] == first_direct[prompt["id"]])
+                    first_direct.setdefault(prompt["id"], text["direct"])
                     after = _modes(httpx.get(f"{url}/metrics").text)
                     mode = "speculated" if after["speculative"] > before["speculative"] else "forwarded"
                     ratio = speed[id(through)] / speed[id(direct)] if speed[id(direct)] else float("nan")
@@ -101,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             counts = httpx.get(f"{url}/metrics").text
         finally:
             stop_process(process, grace=10)
-    upstream_kind = "serialising (--no-batch)" if args.no_batch else "batching"
-    print(f"\n{args.model} with {args.drafter}, {upstream_kind} embedded upstream, greedy, {args.max_tokens} tokens;"
+    upstream_kind = args.upstream or ("serialising (--no-batch) embedded" if args.no_batch else "batching embedded")
+    print(f"\n{args.model} with {args.drafter}, {upstream_kind} upstream, greedy, {args.max_tokens} tokens;"
           " proxy tok/s over direct tok/s, median (p25-p75):")
     everything = [r for values in ratios.values() for r in values]
     for category, values in [*ratios.items(), ("all", everything)]:
@@ -111,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {mode:10} {statistics.median(values):.2f}x {_quartiles(values)}  n={len(values)}")
     print(f"  the whole run, as time spent answering: {seconds['direct'] / seconds['through']:.3f}x "
           f"({seconds['direct']:.1f} s direct, {seconds['through']:.1f} s through the proxy)")
+    print(f"  identical to the direct answer: {sum(identical)} of {len(identical)}; the server's self-consistency "
+          f"(the same direct request again, a repeat later): {sum(consistent)} of {len(consistent)}")
     modes = _modes(counts)
     skipped = re.search(r'spec_proxy_forwarded_total\{endpoint="/api/chat",reason="no_gain"\} (\S+)', counts)
     print(f"  through the proxy: {modes['speculative']} answers speculated, {modes['forwarded']} "

@@ -122,6 +122,11 @@ def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"- Prompts: {config['prompts_file']}, repeats: {config['repeat']}, temperature {config['temperature']}",
         f"- Runs: {len(data['runs'])}, started {data['started']}",
     ]
+    if consistency := data.get("self_consistency"):
+        same = sum(pair["same"] for pair in consistency)
+        lines.append(f"- Server self-consistency: {same} of {len(consistency)} greedy standard answers "
+                     f"({same / len(consistency):.0%}) were the same when asked again with other requests between; "
+                     "'identical' below can be no better than this")
     if "native" in data:
         lines.append(f"- Anchor: llama-server from {data['native']['anchor']}, weight repacking on; "
                      "its rows compare its speculative decoding with its own plain decoding")

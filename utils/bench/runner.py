@@ -224,6 +224,9 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                                      "text": result["text"], "stats": result["stats"], "finished": time.time(),
                                      **{key: result[key] for key in ("llama_timings",) if key in result}})
                 _save(results_path, data)
+            if config.temperature == 0 and STANDARD in decoders and "self_consistency" not in data:
+                data["self_consistency"] = await _self_consistency(decoders[STANDARD], config, prompts, data)
+                _save(results_path, data)
         if progress:
             progress(len(plan), len(plan), "done")
     finally:
@@ -231,6 +234,26 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
             anchor.stop()
         await target.aclose()
     return data
+
+
+async def _self_consistency(standard: Any, config: BenchConfig, prompts: list[dict[str, Any]],
+                            data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The server against itself: each prompt's greedy standard answer asked once more, with other
+    requests between (the whole benchmark, then the other prompts), compared with its first answer.
+    The identity of speculative answers can be no better than this: on a server whose rows depend on
+    the batch and the cache (llama.cpp's, Ollama included) the same request may answer differently."""
+    first = {r["prompt_id"]: r["text"] for r in data["runs"]
+             if r["repeat"] == 0 and r["engine"] == PROJECT and r["drafter"] == STANDARD}
+    pairs = []
+    for prompt in prompts:
+        if prompt["id"] not in first:
+            continue
+        again = await collect(standard, GenerationRequest(
+            prompt=prompt["prompt"], raw=not prompt.get("chat", True),
+            max_tokens=config.max_tokens or prompt.get("max_tokens", 128), options={"temperature": 0}))
+        pairs.append({"prompt_id": prompt["id"], "category": prompt["category"],
+                      "same": again["text"] == first[prompt["id"]]})
+    return pairs
 
 
 def run_bench(settings: Settings, config: BenchConfig, progress: Progress | None = None) -> Path:
