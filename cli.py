@@ -23,11 +23,12 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     import uvicorn
 
     from utils.api.cors import origins_from_env
-    from utils.engine.client import OllamaServer, ServerError
+    from utils.engine.client import OllamaServer
     from utils.engine.config import K_LIMIT
-    from utils.hosts import HostError, target_host
+    from utils.errors import SpecError
+    from utils.hosts import target_host
     from utils.proxy.app import ProxyConfig, create_proxy, is_loopback
-    from utils.proxy.pairs import PairError, default_pairs, parse_pairs
+    from utils.proxy.pairs import default_pairs, parse_pairs
 
     settings = get_settings()
     if args.k is not None and args.k > K_LIMIT:
@@ -48,8 +49,8 @@ def cmd_proxy(args: argparse.Namespace) -> int:
                                                   draft_host=args.draft_host))
             finally:
                 asyncio.run(server.aclose())
-    except (PairError, HostError, ServerError) as error:
-        print(f"error: {getattr(error, 'message', None) or error}", file=sys.stderr)
+    except SpecError as error:
+        print(f"error: {error.message}", file=sys.stderr)
         return 1
     config = ProxyConfig(upstream=upstream, pairs=pairs, engine=settings.engine,
                          draft_host=args.draft_host or settings.draft_host, api_key=settings.api_key,
@@ -123,11 +124,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from utils.engine.client import ServerError
     from utils.engine.config import EngineConfig
     from utils.engine.events import GenerationError
     from utils.engine.request import GenerationRequest
-    from utils.hosts import HostError, generate_once
+    from utils.errors import SpecError
+    from utils.hosts import generate_once
     try:
         settings = get_settings()
         chosen = {key: value for key, value in {"p_min": args.p_min, "draft_top_k": args.top_k_draft}.items()
@@ -145,6 +146,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         result = asyncio.run(generate_once(
             settings, request, target=args.target, drafter=args.draft, host=args.host,
             draft_host=args.draft_host, echo=None if args.json else _echo,
+            echo_thinking=None if args.json else _echo_thinking,
         ))
     except ValidationError as error:
         print(f"error: invalid settings: {_problems(error)}", file=sys.stderr)
@@ -152,11 +154,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"error: invalid settings: {error}", file=sys.stderr)
         return 2
-    except (HostError, ServerError, GenerationError) as error:
-        partial = getattr(error, "partial", "")
-        if partial and not args.json:
+    except SpecError as error:
+        if isinstance(error, GenerationError) and error.partial and not args.json:
             print()
-        print(f"error: {getattr(error, 'message', None) or error}", file=sys.stderr)
+        print(f"error: {error.message}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(result, ensure_ascii=False))
@@ -176,11 +177,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def cmd_bench(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from utils.bench.native import NativeError
     from utils.bench.runner import BenchConfig, run_bench
-    from utils.embedded.models import ModelError
-    from utils.engine.client import ServerError
-    from utils.hosts import HostError
+    from utils.errors import SpecError
 
     config = BenchConfig(
         prompts_file=Path(args.prompts), target=args.target, drafters=args.draft or [get_settings().draft_model],
@@ -200,8 +198,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
         print("\ninterrupted: finished runs are saved in results.json; run the same command again to resume",
               file=sys.stderr)
         return 130
-    except (HostError, ServerError, ModelError, NativeError, ValueError, OSError) as error:
-        print(f"\nerror: {getattr(error, 'message', None) or error}", file=sys.stderr)
+    except SpecError as error:
+        print(f"\nerror: {error.message}", file=sys.stderr)
+        return 1
+    except (ValueError, OSError) as error:
+        print(f"\nerror: {error}", file=sys.stderr)
         return 1
     print(f"\n{(out_dir / 'report.md').read_text()}\nwritten to {out_dir}")
     return 0
@@ -237,6 +238,11 @@ def _problems(error) -> str:
 
 def _echo(text: str) -> None:
     print(text, end="", flush=True)
+
+
+def _echo_thinking(text: str) -> None:
+    """A thinking model's reasoning goes to stderr, so that stdout is the answer alone."""
+    print(text, end="", flush=True, file=sys.stderr)
 
 
 def _probability(text: str) -> float:

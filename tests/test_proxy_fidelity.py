@@ -73,7 +73,7 @@ def chat(url: str, model: str, messages: list[dict], **fields) -> dict:
 def options_sent(tap: Tap) -> list[dict]:
     """The options of every request the proxy made upstream (generate, chat, bursts' parts)."""
     found = []
-    for _, path, body in tap.received:
+    for _, _, body in tap.received:
         if isinstance(body, dict):
             found += [part.get("options") or {} for part in body.get("requests") or [body]]
     return found

@@ -16,10 +16,11 @@ from utils.engine.answer import collect
 from utils.engine.client import OllamaServer
 from utils.engine.decoder import build_decoder
 from utils.engine.request import GenerationRequest
+from utils.errors import SpecError
 
 
-class HostError(Exception):
-    pass
+class HostError(SpecError):
+    """A server that cannot be used: not reachable, or the embedded one could not start."""
 
 
 def check_reachable(url: str, timeout: float) -> None:
@@ -78,11 +79,12 @@ def servers(settings: Settings, host: str | None = None,
 
 async def generate_once(settings: Settings, request: GenerationRequest, *, target: str, drafter: str,
                         host: str | None = None, draft_host: str | None = None,
-                        echo: Callable[[str], None] | None = None) -> dict[str, Any]:
+                        echo: Callable[[str], None] | None = None,
+                        echo_thinking: Callable[[str], None] | None = None) -> dict[str, Any]:
     target_server, draft_server = servers(settings, host, draft_host)
     try:
         decoder = await build_decoder(settings.engine, target_server, target, drafter, draft_server)
-        return await collect(decoder, request, echo)
+        return await collect(decoder, request, echo, echo_thinking)
     finally:
         await target_server.aclose()
         if draft_server:

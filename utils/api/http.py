@@ -17,16 +17,17 @@ from fastapi.responses import JSONResponse as _JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.responses import Response, StreamingResponse
 
+from utils.errors import SpecError
+
 MAX_BODY_BYTES = 8 * 1024 * 1024
 NDJSON = "application/x-ndjson"
 
 
-class ApiError(Exception):
+class ApiError(SpecError):
     """A refusal or failure, answered as Ollama does: `{"error": message}` with `status`."""
 
     def __init__(self, message: str, status: int):
-        super().__init__(message)
-        self.message, self.status = message, status
+        super().__init__(message, status)
 
 
 def json_bytes(content: Any) -> bytes:

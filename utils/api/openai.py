@@ -12,12 +12,16 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from utils.api.http import json_bytes
+from utils.errors import SpecError
 
 FINGERPRINT = "fp_ollama"
 
 
-class OpenAIError(ValueError):
+class OpenAIError(SpecError, ValueError):
     """A request OpenAI's API would refuse: answered as `{"error": {"message", "type"}}` with 400."""
+
+    def __init__(self, message: str):
+        super().__init__(message, 400)
 
 
 def error_body(message: str, kind: str = "invalid_request_error") -> dict[str, Any]:

@@ -20,11 +20,19 @@ from utils.app.runtime import context_full, failure_text, iterate, server
 from utils.app.sidebar import Choices
 from utils.app.speed import speedup_text
 from utils.app.store import stats_summary
-from utils.engine.client import OllamaServer, ServerError
+from utils.engine.client import OllamaServer
 from utils.engine.decoder import build_decoder
-from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent
+from utils.engine.events import (
+    DoneEvent,
+    Event,
+    FallbackEvent,
+    GenerationError,
+    RoundEvent,
+    TextEvent,
+    ThinkingEvent,
+)
 from utils.engine.request import GenerationRequest
-from utils.hosts import HostError
+from utils.errors import SpecError
 
 # Redraw a streaming answer's text at most this often. Each redraw renders the whole answer and sends
 # it to the browser; drawn per token, a standard answer (one token per event) paid for many more
@@ -52,6 +60,7 @@ class Streaming:
 @dataclass
 class Answer:
     text: str = ""
+    thinking: str = ""  # a thinking model's reasoning, shown folded above the answer
     pieces: list[list[str]] = field(default_factory=list)
     stats: dict[str, Any] | None = None
     note: str | None = None  # why it stopped early, or why it has no text at all
@@ -103,6 +112,16 @@ def show_text(slot, text: str, pieces: list[list[str]] | None, highlight: bool, 
             st.html(clipboard.answer_button(text))
 
 
+def show_thinking(slot, thinking: str, *, thinking_now: bool = False) -> None:
+    """A thinking model's reasoning, folded above its answer (open while it is still thinking)."""
+    if not thinking:
+        slot.empty()
+        return
+    title = "Thinking…" if thinking_now else "Thinking"
+    with slot.container(), st.expander(title, expanded=thinking_now, icon=":material/psychology:"):
+        st.markdown(thinking)
+
+
 def stream_answer(settings: Settings, url: str, choices: Choices, request: GenerationRequest, *,
                   highlight: bool = False, baseline: dict[str, Any] | None = None, charts: bool = True,
                   drafter: str | None = None, answer: Answer | None = None) -> Answer:
@@ -112,7 +131,7 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     raises inside the script then, and `answer` is left marked stopped with the text so far."""
     drafter = choices.drafter if drafter is None else drafter
     answer = Answer() if answer is None else answer
-    text_slot, notices, chart_slot = st.empty(), st.container(), st.empty()
+    thinking_slot, text_slot, notices, chart_slot = st.empty(), st.empty(), st.container(), st.empty()
     drawn_at = text_drawn_at = 0.0
     show_text(text_slot, "", [], highlight, cursor=True)
     events = answer_events(choices.decoder_settings(settings), server(settings, url), choices.target, drafter,
@@ -126,6 +145,11 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
                     answer.text += event.text
                     if time.monotonic() - text_drawn_at > TEXT_REFRESH_SECONDS:
                         show_text(text_slot, answer.text, answer.pieces, highlight, cursor=True)
+                        text_drawn_at = time.monotonic()
+                elif isinstance(event, ThinkingEvent):
+                    answer.thinking += event.text
+                    if time.monotonic() - text_drawn_at > TEXT_REFRESH_SECONDS:
+                        show_thinking(thinking_slot, answer.thinking, thinking_now=True)
                         text_drawn_at = time.monotonic()
                 elif isinstance(event, RoundEvent):
                     answer.live, answer.live_at = event.stats, event.record.at_seconds
@@ -142,11 +166,12 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
         answer.text = error.partial
         kept = "the partial text was kept" if error.partial else "no text was generated"
         answer.note = f"The answer stopped early ({kept}): {failure_text(error, settings)}"
-    except (ServerError, HostError) as error:
+    except SpecError as error:
         answer.note = failure_text(error, settings)
     except BaseException:  # Streamlit stopping or rerunning the script: keep what was generated
         answer.stop()
         raise
+    show_thinking(thinking_slot, answer.thinking)
     show_text(text_slot, answer.text, answer.pieces, highlight)
     if answer.stats and answer.stats["done_reason"] == "length":
         hit_limit = 0 < request.max_tokens <= answer.stats["output_tokens"]
@@ -166,6 +191,7 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
     """One stored message, as st.chat_message, with its stats one click away and `actions` (buttons)
     drawn at its foot."""
     with st.chat_message(message["role"]):
+        show_thinking(st.empty(), message.get("thinking") or "")
         show_text(st.container(), message["content"], message.get("pieces"), highlight,
                   copy=message["role"] == "assistant")
         stats = message.get("stats")

@@ -14,9 +14,7 @@ from config import Settings
 from utils.app.runtime import explain, store
 from utils.app.speed import BASELINE_MAX_TOKENS, measure_baseline
 from utils.bench import runner as bench
-from utils.engine.client import ServerError
-from utils.engine.events import GenerationError
-from utils.hosts import HostError
+from utils.errors import SpecError
 
 DEFAULT_PROMPTS_PER_CATEGORY = 1  # a first run that takes minutes, not an hour
 DEFAULT_REPEATS = 2  # the least that shows a spread
@@ -55,7 +53,7 @@ def estimate_panel(settings: Settings, url: str, config: bench.BenchConfig) -> N
         try:
             with st.spinner("Generating a standard answer…"):
                 measure_baseline(settings, url, config.target)
-        except (ServerError, GenerationError, HostError) as error:
+        except SpecError as error:
             st.error(explain(error, settings))
             return
         st.rerun()

@@ -14,10 +14,9 @@ from utils.app.answer_view import Answer, answer_events, show_text, stream_answe
 from utils.app.runtime import explain, run, server, store
 from utils.app.sidebar import Choices
 from utils.app.speed import no_speedup_reason, remember_baseline
-from utils.engine.client import ServerError
 from utils.engine.drafters import NONE
 from utils.engine.events import DoneEvent, GenerationError
-from utils.hosts import HostError
+from utils.errors import SpecError
 
 
 def compare(settings: Settings, url: str, choices: Choices, prompt: str, standard_first: bool,
@@ -61,7 +60,7 @@ def _more_pairs(settings: Settings, url: str, choices: Choices, request, order: 
             for mode in order:
                 stats[mode] = timed_answer(settings, url, choices, request, NONE if mode == "standard"
                                            else choices.drafter)
-        except (ServerError, GenerationError, HostError) as error:
+        except SpecError as error:
             st.warning(f"Repeat {number + 1} failed, so the spread covers {len(pairs) + 1} pairs: "
                        f"{explain(error, settings)}")
             break

@@ -13,9 +13,7 @@ from utils.app.answer_view import Streaming
 from utils.app.runtime import explain, store, when
 from utils.app.speed import BASELINE_MAX_TOKENS, baseline_text, measure_baseline
 from utils.app.store import ConversationStore, clean_title
-from utils.engine.client import ServerError
-from utils.engine.events import GenerationError
-from utils.hosts import HostError
+from utils.errors import SpecError
 
 
 def conversation_list(conversations: ConversationStore) -> dict[str, Any] | None:
@@ -184,7 +182,7 @@ def baseline_controls(settings: Settings, url: str, target: str) -> dict[str, An
         try:
             with st.spinner("Generating a standard answer…"):
                 measure_baseline(settings, url, target)
-        except (ServerError, GenerationError, HostError) as error:
+        except SpecError as error:
             st.sidebar.error(explain(error, settings))
     return conversations.baseline(url, target)
 

@@ -28,12 +28,12 @@ from utils.engine.client import (
     ContextFull,
     ModelNotFound,
     OllamaServer,
-    ServerError,
     ServerTimeout,
     ServerUnreachable,
     parse_version,
 )
 from utils.engine.events import GenerationError
+from utils.errors import SpecError
 from utils.hosts import HostError
 
 T = TypeVar("T")
@@ -196,12 +196,9 @@ def _ask_server(settings: Settings) -> ServerInfo:
 
 def explain(error: BaseException, settings: Settings | None = None) -> str:
     """A plain message that says what happened and what to do, by the kind of error."""
-    if isinstance(error, GenerationError):
-        # The engine raises GenerationError `from` the server's error: explain that one.
-        cause = error.__cause__ or error.__context__
-        if isinstance(cause, ServerError):
-            return explain(cause, settings)
-    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    if isinstance(error, GenerationError) and error.cause is not None:
+        return explain(error.cause, settings)  # the server's own error, typed, says what to do
+    message = error.message if isinstance(error, SpecError) else str(error) or type(error).__name__
     if isinstance(error, EmbeddedServerDown):
         return f"{message}. Press Restart below to try again."
     if isinstance(error, HostError):
@@ -233,7 +230,7 @@ def explain(error: BaseException, settings: Settings | None = None) -> str:
 def failure_text(error: BaseException, settings: Settings) -> str:
     """Why an answer failed. If the embedded server this app started died meanwhile, it is started again
     at once and the text says so (any other failure: `explain`)."""
-    cause = (error.__cause__ or error.__context__) if isinstance(error, GenerationError) else error
+    cause = error.cause if isinstance(error, GenerationError) else error
     if isinstance(cause, ServerUnreachable) and (revived := app_server(settings).revive()):
         return revived
     return explain(error, settings)

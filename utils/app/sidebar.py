@@ -16,6 +16,7 @@ from utils.engine.config import EngineConfig
 from utils.engine.drafters import NONE, model_free_drafters
 from utils.engine.request import GenerationRequest
 from utils.engine.tokenizers import tokenizer_relation
+from utils.errors import SpecError
 from utils.hosts import HostError
 from utils.sampling import SamplingOptions
 
@@ -85,7 +86,7 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
     bar = st.sidebar
     try:
         info = server_info(settings)
-    except (HostError, ServerError) as error:
+    except SpecError as error:
         bar.error(explain(error, settings))
         _restart_button(settings)
         return None, None

@@ -32,7 +32,8 @@ CREATE TABLE IF NOT EXISTS messages (
     note TEXT,            -- e.g. why an answer stopped early
     baseline TEXT,        -- JSON of the standard baseline its speed-up was measured against
     stopped INTEGER NOT NULL DEFAULT 0,  -- 1: interrupted while streaming; the partial answer is kept
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    thinking TEXT         -- a thinking model's reasoning, as the server split it from the answer
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE TABLE IF NOT EXISTS baselines (
@@ -65,6 +66,8 @@ class ConversationStore:
             columns = {row["name"] for row in db.execute("PRAGMA table_info(messages)")}
             if "stopped" not in columns:  # a database from before answers could be stopped
                 db.execute("ALTER TABLE messages ADD COLUMN stopped INTEGER NOT NULL DEFAULT 0")
+            if "thinking" not in columns:  # a database from before thinking models
+                db.execute("ALTER TABLE messages ADD COLUMN thinking TEXT")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -119,14 +122,14 @@ class ConversationStore:
 
     def add_message(self, conversation_id: int, role: str, content: str, *, pieces: list | None = None,
                     stats: dict[str, Any] | None = None, note: str | None = None,
-                    baseline: dict[str, Any] | None = None, stopped: bool = False) -> int:
+                    baseline: dict[str, Any] | None = None, stopped: bool = False, thinking: str | None = None) -> int:
         stamp = now()
         with self._connect() as db:
             cursor = db.execute(
                 "INSERT INTO messages (conversation_id, role, content, pieces, stats, note, baseline, stopped,"
-                " created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " created_at, thinking) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, role, content, _dump(pieces), _dump(stats), note, _dump(baseline), int(stopped),
-                 stamp),
+                 stamp, thinking or None),
             )
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (stamp, conversation_id))
             return int(cursor.lastrowid)

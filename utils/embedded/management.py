@@ -57,7 +57,7 @@ class CreateBody(BaseModel):
 
 
 def _failed(error: ModelError) -> ApiError:
-    return ApiError(str(error), getattr(error, "status", 500))
+    return ApiError(error.message, error.status or 500)
 
 
 def _statuses(lines: list[dict[str, Any]], stream: bool) -> Response:

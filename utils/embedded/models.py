@@ -21,13 +21,14 @@ from typing import Any
 
 from utils.embedded import names
 from utils.embedded.registry import Registry
+from utils.errors import SpecError
 
 CATALOGUE_PATH = Path(__file__).with_name("models.json")
 Progress = Callable[[str], None]
 Joined = Callable[[int, int], None]  # (bytes written, total bytes)
 
 
-class ModelError(Exception):
+class ModelError(SpecError):
     """A model that is unknown, not installed, or failed to install; the message says which."""
 
 

@@ -6,20 +6,26 @@ from collections.abc import Callable
 from typing import Any
 
 from utils.engine.decoder import SpeculativeDecoder
-from utils.engine.events import DoneEvent, TextEvent
+from utils.engine.events import DoneEvent, TextEvent, ThinkingEvent
 from utils.engine.request import GenerationRequest
 
 
 async def collect(decoder: SpeculativeDecoder, request: GenerationRequest,
-                  echo: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run `request` to the end: {"text", "mode", "pieces": [[text, origin], ...], "stats"}."""
+                  echo: Callable[[str], None] | None = None,
+                  echo_thinking: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run `request` to the end: {"text", "thinking", "mode", "pieces": [[text, origin], ...], "stats"}."""
     pieces: list[list[str]] = []
+    thinking: list[str] = []
     async for event in decoder.stream(request):
-        if isinstance(event, TextEvent):
+        if isinstance(event, ThinkingEvent):
+            thinking.append(event.text)
+            if echo_thinking:
+                echo_thinking(event.text)
+        elif isinstance(event, TextEvent):
             pieces.append([event.text, event.origin])
             if echo:
                 echo(event.text)
         elif isinstance(event, DoneEvent):
-            return {"text": event.text, "mode": event.stats.mode, "pieces": pieces,
+            return {"text": event.text, "thinking": "".join(thinking), "mode": event.stats.mode, "pieces": pieces,
                     "stats": event.stats.model_dump()}
     raise RuntimeError("the decoder ended without a result")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from utils.engine.client import OllamaServer
 from utils.engine.drafters.lookup import LOOKUP
+from utils.errors import SpecError
 
 
-class PairError(ValueError):
-    pass
+class PairError(SpecError, ValueError):
+    """A `--pair TARGET=DRAFTER` (or SPEC_PAIRS entry) that cannot be read."""
 
 
 def parse_pairs(items: list[str]) -> dict[str, str]:
