@@ -22,6 +22,7 @@ from utils.embedded.engine import ModelRunner
 from utils.embedded.grammar import constraint_for
 from utils.embedded.jobs import ARRIVALS, Completion, EngineError, Job, TokenInfo
 from utils.embedded.text import TextAssembler
+from utils.embedded.thinking import ThinkingParser
 from utils.embedded.tools import ToolCallParser, tool_names
 
 _ARRIVAL = "embedded.arrival"
@@ -126,25 +127,40 @@ def _unset(_: object) -> None:
 
 
 class Shape:
-    """What an answer's text becomes beyond plain content: tool calls parsed out of it (`tools`), and
-    the report of what was left out of the prompt to fit the context."""
+    """What an answer's text becomes beyond plain content: its thinking split out (thinking.py), tool
+    calls parsed out of it (`tools`), and the report of what was left out of the prompt to fit the
+    context."""
 
-    def __init__(self, tools: list[dict[str, Any]] | None, dropped_messages: int):
+    def __init__(self, tools: list[dict[str, Any]] | None, dropped_messages: int,
+                 thinking: ThinkingParser | None = None):
         self.parser = ToolCallParser(tool_names(tools)) if tools else None
         self.dropped_messages = dropped_messages
+        self.thinking = thinking
 
-    def message(self, text: str, final: bool = False) -> dict[str, Any]:
-        """The chat message for `text` (the tool calls it completes taken out of the content)."""
-        if self.parser is None:
-            return {"role": "assistant", "content": text}
-        content, calls = self.parser.feed(text)
-        if final:
-            rest, more = self.parser.flush()
-            content, calls = content + rest, calls + more
-        message: dict[str, Any] = {"role": "assistant", "content": content}
-        if calls:
-            message["tool_calls"] = calls
-        return message
+    def fields(self, text: str, chat: bool, final: bool = False) -> dict[str, Any]:
+        """The answer's fields for the next `text`: `message` (chat) or `response` (generate), each
+        with the `thinking` that `text` completes, if any."""
+        thought, text = self.thinking.add(text) if self.thinking else ("", text)
+        if not chat:
+            return {"response": text, "thinking": thought} if thought else {"response": text}
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if thought:
+            message["thinking"] = thought
+        if self.parser is not None:  # tool calls are looked for in the content, as Ollama does
+            content, calls = self.parser.feed(text)
+            if final:
+                rest, more = self.parser.flush()
+                content, calls = content + rest, calls + more
+            message["content"] = content
+            if calls:
+                message["tool_calls"] = calls
+        return {"message": message}
+
+    def holds_all(self, fields: dict[str, Any]) -> bool:
+        """A chat chunk with neither thinking nor content while thinking is split: Ollama sends none."""
+        message = fields.get("message")
+        return self.thinking is not None and message is not None and not (
+            message["content"] or message.get("thinking") or message.get("tool_calls"))
 
     def report(self, job: Job, final: dict[str, Any]) -> None:
         if self.dropped_messages or job.truncated_tokens:
@@ -152,13 +168,15 @@ class Shape:
 
 
 async def answer(request: Request, runner: ModelRunner, body: Common, prompt: str, load: float, *,
-                 chat: bool, tools: list[dict[str, Any]] | None = None, dropped_messages: int = 0) -> Response:
-    """Run one job; stream NDJSON chunks, or collect them into one response."""
+                 chat: bool, tools: list[dict[str, Any]] | None = None, dropped_messages: int = 0,
+                 thinking: ThinkingParser | None = None) -> Response:
+    """Run one job; stream NDJSON chunks, or collect them into one response. `thinking`: the parser
+    that splits the thinking out of the text (thinking.py), when the request thinks."""
     job = job_for(body, prompt)
     job.burst = burst.parse(request.headers.get(burst.HEADER))
     job.constraint = constraint_for(runner, body.format)  # freed by the worker once the job has run
     assembler = TextAssembler(body.options.stops())
-    shape = Shape(tools if chat else None, dropped_messages)
+    shape = Shape(tools if chat else None, dropped_messages, thinking)
     if body.stream:
         return await _streamed(request, runner, body, job, assembler, load, chat, shape)
     return await _whole(request, runner, body, job, assembler, load, chat, shape)
@@ -204,7 +222,7 @@ async def collect(request: Request, runner: ModelRunner, body: Common, job: Job,
     reason = "stop" if assembler.stopped else event.done_reason
     final = final_fields(body.model, reason, event, load, chat=chat)
     text = "".join(parts)
-    final.update({"message": shape.message(text, final=True)} if chat else {"response": text})
+    final.update(shape.fields(text, chat, final=True))
     shape.report(job, final)
     if body.logprobs:
         final["logprobs"] = logprobs
@@ -220,7 +238,9 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
 
     def chunk(text: str, info: TokenInfo | None, final: bool = False) -> bytes:
         out: dict[str, Any] = {"model": body.model, "created_at": now()}
-        out.update({"message": shape.message(text, final)} if chat else {"response": text})
+        out.update(fields := shape.fields(text, chat, final))
+        if shape.holds_all(fields) and not body.logprobs:
+            return b""  # held back by the thinking parser (a tag not yet complete)
         out["done"] = False
         if body.logprobs:
             out["logprobs"] = [logprob_entry(info)] if info is not None else []
@@ -242,7 +262,7 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
                         raise ApiError(str(event), event.status)
                     if isinstance(event, Completion):
                         tail = assembler.flush()
-                        if tail or shape.parser is not None:  # the parser may hold text or a call back
+                        if tail or shape.parser is not None:  # the tool parser may hold text or a call back
                             out.append(chunk(tail, None, final=True))
                         reason = "stop" if assembler.stopped else event.done_reason
                         final = final_fields(body.model, reason, event, load, chat=chat)

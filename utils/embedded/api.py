@@ -39,6 +39,7 @@ from utils.embedded.models import ModelError, ModelStore
 from utils.embedded.names import not_found
 from utils.embedded.parameters import modelfile_lines, show_text
 from utils.embedded.residency import Residency, keep_alive_seconds
+from utils.embedded.thinking import refuse_format, splitter, think_mode
 from utils.embedded.tools import chat_tools, tojson
 
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
@@ -176,14 +177,17 @@ _jinja.globals.update(raise_exception=_raise, strftime_now=lambda fmt: datetime.
 _jinja.filters["tojson"] = tojson
 
 
-def render_chat(runner: ModelRunner, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
-    """The exact prompt the model's own chat template makes, ending where the assistant speaks."""
+def render_chat(runner: ModelRunner, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                think: bool | None = None) -> str:
+    """The exact prompt the model's own chat template makes, ending where the assistant speaks; a
+    thinking model's template gets `enable_thinking` (thinking.py), others nothing more."""
     template = runner.metadata.get("tokenizer.chat_template")
     if not template:  # a base model: plain concatenation, as Ollama's default "{{ .Prompt }}"
         return "".join(m["content"] for m in messages)
+    switch = {} if think is None else {"enable_thinking": think}
     try:
         return _jinja.from_string(template).render(
-            messages=messages, tools=tools, add_generation_prompt=True, bos_token="", eos_token=""
+            messages=messages, tools=tools, add_generation_prompt=True, bos_token="", eos_token="", **switch
         )
     except ApiError:
         raise
@@ -268,7 +272,9 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
             return final_response(body.model, "unload", None, 0.0, chat=False, stream=body.stream)
         runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
         body.options = body.options.under(runner.parameters)
-        refuse_unsupported(body.model, body.model_extra or {})
+        think = think_mode(body.model, runner.metadata.get("tokenizer.chat_template"), _think(body))
+        refuse_format(think, body.format)
+        refuse_unsupported(body.model_extra or {})
         refuse_template_and_context(body.template, body.context)
         if body.suffix:
             prompt = fill_in_middle(runner, body.model, body.prompt, body.suffix, system=body.system, raw=body.raw)
@@ -278,12 +284,12 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
             messages = ([{"role": "system", "content": body.system}] if body.system else []) + (
                 [{"role": "user", "content": body.prompt}] if body.prompt else []
             )
-            prompt = render_chat(runner, messages) if messages else ""
+            prompt = render_chat(runner, messages, think=think) if messages else ""
         if body.debug_render_only:
             return _rendered(body.model, prompt)
         if not body.prompt:  # Ollama answers an empty prompt by only loading the model
             return final_response(body.model, "load", None, load, chat=False, stream=body.stream)
-        return await answer(request, runner, body, prompt, load, chat=False)
+        return await answer(request, runner, body, prompt, load, chat=False, thinking=splitter(think, prompt))
 
     @app.post("/api/chat")
     async def chat(body: ChatBody, request: Request) -> Response:
@@ -294,15 +300,18 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         body.options = body.options.under(runner.parameters)
         tools = chat_tools(runner, body)
         messages = [m.model_dump() for m in body.messages]
-        refuse_unsupported(body.model, body.model_extra or {}, messages)
-        prompt, dropped = fit_messages(messages, lambda kept: render_chat(runner, kept, tools),
+        think = think_mode(body.model, runner.metadata.get("tokenizer.chat_template"), _think(body))
+        refuse_format(think, body.format)
+        refuse_unsupported(body.model_extra or {}, messages)
+        prompt, dropped = fit_messages(messages, lambda kept: render_chat(runner, kept, tools, think),
                                        lambda text: count_tokens(runner, text), runner.num_ctx,
                                        body.truncate is not False) if messages else ("", 0)
         if body.debug_render_only:
             return _rendered(body.model, prompt)
         if not messages:
             return final_response(body.model, "load", None, load, chat=True, stream=body.stream)
-        return await answer(request, runner, body, prompt, load, chat=True, tools=tools, dropped_messages=dropped)
+        return await answer(request, runner, body, prompt, load, chat=True, tools=tools, dropped_messages=dropped,
+                            thinking=splitter(think, prompt))
 
     install_openai(app, chat, generate, lambda: [_model_entry(spec) for spec in store.installed()])
     # Middleware, innermost first. The requests of a speculative round skip FastAPI's stack (direct.py).
@@ -312,6 +321,10 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
     app.add_middleware(CountArrivals)  # a request counts from its first byte
     add_cors(app, origins_from_env())
     return app
+
+
+def _think(body: ChatBody | GenerateBody) -> Any:
+    return (body.model_extra or {}).get("think")
 
 
 def _rendered(model: str, prompt: str) -> Response:

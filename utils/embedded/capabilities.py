@@ -1,6 +1,7 @@
 """What a loaded model can do, and Ollama's refusals for what it cannot: images without a vision
-projector, `think` for a model without a thinking template, `suffix` (fill-in-the-middle) for a model
-without FIM tokens. A request field the server cannot honour is refused, never dropped.
+projector, `suffix` (fill-in-the-middle) for a model without FIM tokens (and `think` for a model
+without a thinking template, thinking.py). A request field the server cannot honour is refused,
+never dropped.
 
 Fill-in-the-middle uses the model's own FIM tokens from its GGUF vocabulary (qwen2.5-coder:
 <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>), in the order Ollama's templates write them.
@@ -12,6 +13,7 @@ from typing import Any
 
 from utils.api.http import ApiError
 from utils.embedded.engine import ModelRunner
+from utils.embedded.thinking import thinks
 from utils.embedded.tools import offers_tools
 
 NO_VISION = "this model is missing data required for image input"  # Ollama's ErrNoVisionModel
@@ -35,20 +37,16 @@ def capabilities(runner: ModelRunner) -> list[str]:
     found = ["embedding"] if any(key.endswith("pooling_type") for key in runner.metadata) else ["completion"]
     if fim_pieces(runner):
         found.append("insert")
-    if offers_tools(runner.metadata.get("tokenizer.chat_template")):
+    template = runner.metadata.get("tokenizer.chat_template")
+    if offers_tools(template):
         found.append("tools")
+    if thinks(template):
+        found.append("thinking")
     return found
 
 
-def _asks_to_think(value: Any) -> bool:
-    """Ollama's ThinkValue.Bool(): true, or a level ("high", "medium", "low")."""
-    return value is True or (isinstance(value, str) and value not in ("", "false"))
-
-
-def refuse_unsupported(model: str, extra: dict[str, Any], messages: list[dict[str, Any]] | None = None) -> None:
-    """`think` and images, which no model here supports (none has a thinking template or a projector)."""
-    if _asks_to_think(extra.get("think")):
-        raise ApiError(f'"{model}" does not support thinking', 400)
+def refuse_unsupported(extra: dict[str, Any], messages: list[dict[str, Any]] | None = None) -> None:
+    """Images, which no model here supports (none has a vision projector)."""
     if extra.get("images") or any(message.get("images") for message in messages or []):
         raise ApiError(NO_VISION, 400)
 
