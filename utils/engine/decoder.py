@@ -118,7 +118,7 @@ class SpeculativeDecoder:
             return Plan(info, sampling, stops, thinking=thinks(info, request.think))
         if why := standard_reason(info, request.format, request.think):
             return Plan(info, sampling, stops, code=why[0], reason=why[1], thinking=why[0] == "thinking")
-        if gate := await verification_gate(self.target, self.target_model, request.options):
+        if gate := await verification_gate(self.target, info, request.options):
             return Plan(info, sampling, stops, code="server", reason=gate)
         exact = self.drafter.exact_distribution and await self.target.exact_logprobs()
         method = choose_method(sampling, exact)

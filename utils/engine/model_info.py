@@ -67,6 +67,7 @@ class ModelInfo:
     digest: str = ""
     parameters: dict[str, Any] = field(default_factory=dict)
     capabilities: tuple[str, ...] = ()
+    family: str = ""  # `details.family`: the architecture Ollama's scheduler decides slots by
 
     @property
     def thinks(self) -> bool:
@@ -110,7 +111,7 @@ async def model_info(server: OllamaServer, model: str, cache: dict[tuple[str, st
         return cached
     shown = await server.show(model)  # Ollama's 404 for an unknown model
     info = ModelInfo(model, digest, parse_parameters(str(shown.get("parameters") or "")),
-                     tuple(shown.get("capabilities") or ()))
+                     tuple(shown.get("capabilities") or ()), str((shown.get("details") or {}).get("family") or ""))
     cache[(model, digest)] = info
     return info
 

@@ -32,6 +32,10 @@ NO_GAIN_REASON = ("speculation has not paid on this server lately (the drafts we
                   "verifying them cost as much as generating the tokens): generated standard in one request; "
                   f"it tries speculation again after {RETRY_ANSWERS} such answers, then after twice as many each "
                   f"time it still does not pay, up to {MAX_RETRY_ANSWERS}")
+# Architectures Ollama's scheduler runs one request at a time whatever OLLAMA_NUM_PARALLEL says
+# (server/sched.go, ollama#4165): a verification's K+1 requests queue, and cannot pay.
+ONE_SLOT_FAMILIES = {"mllama", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe",
+                     "nemotron_h", "nemotron_h_moe", "nemotron_h_omni"}
 _gates: dict[tuple[str, str], str | None] = {}  # (server, model) -> why verification cannot work there
 
 
@@ -70,21 +74,25 @@ def standard_reason(info: ModelInfo, request_format: Any, think: bool | str | No
     return None
 
 
-async def verification_gate(server: OllamaServer, model: str, options: dict[str, Any]) -> str | None:
+async def verification_gate(server: OllamaServer, info: ModelInfo, options: dict[str, Any]) -> str | None:
     """Why drafts cannot be verified on this (server, model), or None: probed once with one raw
     one-token request (the client's options, so no reload): it must return its token with logprobs.
     The reason names the server's version and the fix."""
-    key = (server.url, model)
+    key = (server.url, info.name)
     if key in _gates:
         return _gates[key]
     version = await server.version()
     named = f"Ollama {'.'.join(map(str, version))} at {server.url}"
+    embedded = await server.is_embedded()
     reason = None
-    if not await server.is_embedded() and version < LOGPROBS_SINCE:
+    if not embedded and info.family in ONE_SLOT_FAMILIES:
+        reason = (f"{named} runs {info.family} models one request at a time whatever OLLAMA_NUM_PARALLEL says "
+                  "(its scheduler, ollama#4165): a verification's requests would queue, so it cannot pay")
+    elif not embedded and version < LOGPROBS_SINCE:
         reason = f"{named} returns no logprobs, which verification needs: upgrade to Ollama 0.12.11 or newer"
     else:
         try:
-            step = await server.next_token(model, "Hello", {**options, "temperature": 0})
+            step = await server.next_token(info.name, "Hello", {**options, "temperature": 0})
         except ServerError:
             return None  # not a verdict on the server: the answer itself reports the failure
         if step.token is None and step.done_reason == "length":
