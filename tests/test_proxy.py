@@ -225,24 +225,31 @@ def test_metrics_add_up_to_the_answers_and_name_forward_reasons(server_url):
 
 
 def test_client_that_disconnects_leaves_no_work_upstream(tmp_path):
-    """Upstream serialises requests (`serve --no-batch`): a request straight to it after the client
-    left can only be answered at once if the abandoned answer stopped there too."""
+    """Upstream serialises requests (`serve --no-batch`): a request sent to it straight after the
+    client left waits for whatever upstream is still generating. Its wait, counted in its own time
+    per token (so a busy machine slows both alike), is a few tokens if the abandoned answer stopped,
+    and thousands if it ran on. No sleep: the request is sent at once and waits as long as it must
+    (its client's timeout is the deadline)."""
+    abandoned_tokens = 4000
     upstream = EmbeddedServer(batch=False, log_path=tmp_path / "upstream.log")
     upstream.start()
     try:
-        ollama.Client(host=upstream.url).generate(model=SMALL, prompt="hi", options={"num_predict": 1})  # loaded
+        direct = ollama.Client(host=upstream.url, timeout=600)
+        direct.generate(model=SMALL, prompt="hi", options={"num_predict": 1})  # loaded
         with proxy(upstream.url, "--pair", f"{SMALL}=lookup") as url:
             body = {"model": SMALL, "prompt": "Count from 1 to 5000, one number per line.",
-                    "options": {"temperature": 0, "num_predict": 4000}}
+                    "options": {"temperature": 0, "num_predict": abandoned_tokens}}
             with httpx.stream("POST", f"{url}/api/generate", json=body, timeout=60) as response:
                 for _ in zip(range(3), response.iter_lines()):
                     pass  # three chunks of a long answer, then the client goes away
-            time.sleep(0.5)
-            started = time.monotonic()
-            ollama.Client(host=upstream.url).generate(model=SMALL, prompt="hi", options={"num_predict": 1})
-            waited = time.monotonic() - started
-        # 4000 tokens take well over a minute here; a stopped answer frees upstream within a step or two.
-        assert waited < 10, f"upstream was still busy {waited:.1f} s after the client left"
+            started = time.perf_counter()
+            probe = direct.generate(model=SMALL, prompt="1, 2, 3, 4,", options={"temperature": 0, "num_predict": 8})
+            wall_ns = (time.perf_counter() - started) * 1e9
+        assert probe.eval_count == 8
+        waited_tokens = (wall_ns - probe.total_duration) / (probe.eval_duration / probe.eval_count)
+        print(f"the next request waited {waited_tokens:.0f} tokens' time upstream")
+        # Ran on, the abandoned answer would hold upstream for the ~4,000 tokens it had left.
+        assert waited_tokens < abandoned_tokens / 4, f"upstream was still busy for {waited_tokens:.0f} tokens"
     finally:
         upstream.stop()
 

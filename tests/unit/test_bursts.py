@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import queue
-import threading
-import time
+
+import pytest
 
 from utils import burst
 from utils.embedded import bursts
@@ -16,39 +16,69 @@ def job(announced: tuple[str, int] | None = None) -> Job:
     return Job(b"p", SamplingOptions(temperature=0.0), 1, None, on_token=print, on_done=print, burst=announced)
 
 
-def later(jobs: queue.Queue, items: list, delay: float) -> threading.Thread:
-    thread = threading.Thread(target=lambda: (time.sleep(delay), [jobs.put(item) for item in items]))
-    thread.start()
-    return thread
+class Clock:
+    """Simulated time for `gather`: it passes only while gather waits on its queue, so a late arrival
+    is late by exactly what the test says, however busy the machine is."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
 
 
-def test_an_announced_burst_waits_for_its_late_requests():
-    """A slow arrival (20 ms, twice the wait an unannounced burst gets) still joins its burst."""
-    jobs: queue.Queue = queue.Queue()
-    first = job(("a", 3))
-    thread = later(jobs, [job(("a", 3)), job(("a", 3))], 0.020)
-    gathered = [first]
+class ArrivingJobs(queue.Queue):
+    """A queue whose jobs arrive at given simulated times: a wait on it (`get` with a timeout) lets
+    that timeout pass on the clock, then hands over a job that has arrived by then, if any."""
+
+    def __init__(self, clock: Clock, arrivals: list[tuple[float, Job]] = ()):
+        super().__init__()
+        self.clock, self.arrivals = clock, sorted(arrivals, key=lambda arrival: arrival[0])
+        self.waits = 0
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Job | None:
+        if block and timeout:
+            self.waits += 1
+            self.clock.now += timeout
+        while self.arrivals and self.arrivals[0][0] <= self.clock.now:
+            self.put(self.arrivals.pop(0)[1])
+        return super().get(block=False)
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    simulated = Clock()
+    monkeypatch.setattr(bursts, "time", simulated)  # gather reads time.monotonic() only
+    return simulated
+
+
+def test_an_announced_burst_waits_for_its_late_requests(clock: Clock):
+    """A slow arrival (twice the wait an unannounced burst gets, within the cap) still joins its burst,
+    and the wait ends when it is complete."""
+    late = 2 * bursts.BURST_LATE_SECONDS
+    assert late < bursts.BURST_MAX_SECONDS
+    jobs = ArrivingJobs(clock, [(late, job(("a", 3))), (late, job(("a", 3)))])
+    gathered = [job(("a", 3))]
     bursts.gather(jobs, gathered, expected=1)
-    thread.join()
     assert len(gathered) == 3
+    assert late <= clock.now < late + 2 * bursts.BURST_POLL_SECONDS
 
 
-def test_an_announced_burst_stops_waiting_once_complete():
-    jobs: queue.Queue = queue.Queue()
+def test_an_announced_burst_stops_waiting_once_complete(clock: Clock):
+    jobs = ArrivingJobs(clock)
     for _ in range(4):
         jobs.put(job(("b", 5)))
     gathered = [job(("b", 5))]
-    started = time.monotonic()
     bursts.gather(jobs, gathered, expected=9)  # a larger last burst does not make it wait
-    assert len(gathered) == 5 and time.monotonic() - started < bursts.BURST_LATE_SECONDS
+    assert len(gathered) == 5 and jobs.waits == 0 and clock.now == 0
 
 
-def test_a_burst_missing_a_request_waits_no_longer_than_the_cap():
-    jobs: queue.Queue = queue.Queue()
+def test_a_burst_missing_a_request_waits_no_longer_than_the_cap(clock: Clock):
+    jobs = ArrivingJobs(clock, [(2 * bursts.BURST_MAX_SECONDS, job(("c", 2)))])  # too late
     gathered = [job(("c", 2))]
-    started = time.monotonic()
     bursts.gather(jobs, gathered, expected=1)
-    assert len(gathered) == 1 and bursts.BURST_MAX_SECONDS <= time.monotonic() - started < 1
+    assert len(gathered) == 1
+    assert bursts.BURST_MAX_SECONDS <= clock.now < bursts.BURST_MAX_SECONDS + 2 * bursts.BURST_POLL_SECONDS
 
 
 def test_the_stop_signal_is_left_for_the_worker():

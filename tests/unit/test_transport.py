@@ -9,6 +9,7 @@ engine test (tests/test_engine_direct.py, tests/test_speculative.py, ...).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 
 import pytest
@@ -26,6 +27,7 @@ class ScriptedServer:
         self.requests: list[bytes] = []
         self.connections = 0
         self.eof_seen = asyncio.Event()
+        self.closed = asyncio.Event()  # the server has closed a connection (all its writes done)
 
     async def __aenter__(self) -> str:
         self.server = await asyncio.start_server(self.serve, "127.0.0.1", 0)
@@ -47,6 +49,8 @@ class ScriptedServer:
                 for part in answer if isinstance(answer, list) else [answer]:
                     writer.write(part)
                     await writer.drain()
+                    # Not a wait for anything: a pause between the parts, so that the client is
+                    # likely to read them apart (it must give the same result however they arrive).
                     await asyncio.sleep(0.01)
                 if self.close_after:
                     return  # closes the connection (finally)
@@ -56,6 +60,9 @@ class ScriptedServer:
             self.eof_seen.set()
         finally:
             writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+            self.closed.set()
 
 
 def json_answer(body: dict) -> bytes:
@@ -108,7 +115,7 @@ async def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_req
         server = OllamaServer(url)
         try:
             assert await server._request("GET", "/api/version") == {"n": 1}
-            await asyncio.sleep(0.05)  # the server has closed that connection by now
+            await asyncio.wait_for(script.closed.wait(), 5)  # the server has closed that connection
             assert await server._request("POST", "/api/generate", {"a": 1}) == {"n": 2}
         finally:
             await server.aclose()
