@@ -1,7 +1,9 @@
 """Ollama's OpenAI-compatible layer (`/v1/chat/completions`, `/v1/completions`), as translations:
 an OpenAI request into Ollama's chat or generate body, and Ollama's answer messages into OpenAI's
 objects and server-sent events. Field for field as Ollama's own layer (openai/openai.go); any server
-that answers in Ollama's shape can speak OpenAI through it."""
+that answers in Ollama's shape can speak OpenAI through it. A thinking model's thinking is the
+message's or delta's `reasoning`, and `reasoning_effort` (or `reasoning.effort`) its `think`, as in
+Ollama; a delta carries reasoning and content together where Ollama would send two chunks."""
 
 from __future__ import annotations
 
@@ -109,6 +111,22 @@ def _common(body: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# OpenAI's reasoning efforts as Ollama's think values (its thinkFromReasoningEffort: the ends clamped).
+EFFORTS: dict[str, bool | str] = {"none": False, "minimal": "low", "low": "low", "medium": "medium", "high": "high",
+                                  "max": "max", "xhigh": "max", "ultra": "max"}
+
+
+def _think(body: dict[str, Any]) -> dict[str, Any]:
+    reasoning = body.get("reasoning")
+    effort = (reasoning.get("effort") if isinstance(reasoning, dict) else None) or body.get("reasoning_effort")
+    if not effort:
+        return {}  # the model's default
+    if not isinstance(effort, str) or effort not in EFFORTS:
+        raise OpenAIError(f'invalid reasoning value: "{effort}" (must be "minimal", "low", "medium", "high", '
+                          '"xhigh", "ultra", "max", or "none")')
+    return {"think": EFFORTS[effort]}
+
+
 def chat_body(body: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI chat completion request as Ollama's /api/chat body."""
     if not isinstance(body, dict):
@@ -116,7 +134,7 @@ def chat_body(body: dict[str, Any]) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise OpenAIError("messages must be a non-empty list")
-    out = _common(body)
+    out = {**_common(body), **_think(body)}
     converted = []
     for message in messages:
         if not isinstance(message, dict) or not isinstance(message.get("role"), str):
@@ -185,6 +203,8 @@ class Reply:
         """The non-streamed object for the whole answer."""
         if self.chat:
             message: dict[str, Any] = {"role": "assistant", "content": text}
+            if reasoning := (final.get("message") or {}).get("thinking"):
+                message["reasoning"] = reasoning  # Ollama's field for a thinking model's thinking
             if calls := self._tool_calls(final):
                 message["tool_calls"] = calls
             choice = {"index": 0, "message": message, "finish_reason": self._finish(final)}
@@ -197,6 +217,8 @@ class Reply:
         done = bool(message.get("done"))
         if self.chat:
             delta: dict[str, Any] = {"role": "assistant", "content": self._content(message)}
+            if reasoning := (message.get("message") or {}).get("thinking"):
+                delta["reasoning"] = reasoning  # in the same delta as content (Ollama sends two chunks)
             if calls := self._tool_calls(message):
                 delta["tool_calls"] = calls
             finish = self._finish(message) if done else None
