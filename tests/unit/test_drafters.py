@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 
 import utils.engine.drafters.base as base
@@ -12,12 +15,20 @@ from utils.engine.drafters.model import ModelDrafter
 from utils.sampling import GREEDY, SamplingOptions
 
 
+@contextmanager
+def isolated_registry() -> Iterator[list[type[Drafter]]]:
+    """A copy of the registry while it lasts, so the classes defined meanwhile do not outlive it."""
+    with pytest.MonkeyPatch.context() as patch:
+        copy = list(base._REGISTRY)
+        patch.setattr(base, "_REGISTRY", copy)
+        yield copy
+
+
 @pytest.fixture
-def registry(monkeypatch: pytest.MonkeyPatch) -> list[type[Drafter]]:
-    """A copy of the registry for one test, so the classes a test defines do not outlive it."""
-    copy = list(base._REGISTRY)
-    monkeypatch.setattr(base, "_REGISTRY", copy)
-    return copy
+def registry() -> Iterator[list[type[Drafter]]]:
+    """A copy of the registry for one test."""
+    with isolated_registry() as copy:
+        yield copy
 
 
 def setup() -> DraftSetup:
@@ -29,7 +40,7 @@ def test_the_packaged_drafters_are_registered() -> None:
     # Anything that is not a drafter's kind is a draft model's name.
     assert drafter_class("qwen2.5-coder:0.5b") is ModelDrafter
     assert drafter_class("smollm2:135m") is ModelDrafter
-    assert model_free_drafters()["lookup"] == "prompt lookup, no model"
+    assert model_free_drafters()["lookup"] == PromptLookupDrafter.description  # listed with its description
     assert all(kind for kind in model_free_drafters())  # model drafters are not listed
 
 
@@ -56,22 +67,28 @@ async def test_a_new_drafter_class_registers_itself(registry: list[type[Drafter]
     assert drafter_class("unit-echo") is EchoDrafter
     assert model_free_drafters()["unit-echo"] == "repeats the last character"
     assert drafter_class("qwen2.5-coder:0.5b") is ModelDrafter  # a named class does not serve model names
-    drafter = await build_drafter("unit-echo", setup())
-    assert isinstance(drafter, EchoDrafter) and drafter.choice == "unit-echo"
+    drafter = await build_drafter("unit-echo", setup())  # the choice builds the class's drafter
+    assert isinstance(drafter, EchoDrafter)
     draft = await drafter.propose("abc", 3, GREEDY)
     assert draft.pieces == ["c", "c", "c"] and len(draft) == 3
-    assert drafter.exact_distribution is False
+    assert drafter.exact_distribution is False  # unless a drafter says so, no rejection sampling on it
     drafter.update(draft, 2)  # the default learns nothing and must accept the call
 
 
-def test_the_registry_is_restored_after_a_test() -> None:
-    assert "unit-echo" not in model_free_drafters()
+def test_a_class_defined_in_an_isolated_registry_does_not_outlive_it() -> None:
+    with isolated_registry():
+        class PassingDrafter(Drafter):
+            kind = "unit-passing"
+
+        assert drafter_class("unit-passing") is PassingDrafter
+    assert "unit-passing" not in model_free_drafters()
+    assert PassingDrafter not in base._REGISTRY
 
 
 async def test_none_means_standard_generation() -> None:
-    assert NONE == "none"
-    assert await build_drafter("none", setup()) is None
+    assert await build_drafter(NONE, setup()) is None
     assert await build_drafter("", setup()) is None
+    assert NONE not in model_free_drafters()  # not offered as a drafter
 
 
 def test_a_model_name_with_no_model_drafter_is_refused(registry: list[type[Drafter]]) -> None:
@@ -95,6 +112,6 @@ def test_anchor_arguments_of_a_draft_model(tmp_path) -> None:
     assert Drafter.llama_server_args("auto", model) is None
 
 
-def test_draft_length() -> None:
+def test_a_drafts_length_counts_its_pieces_not_their_characters() -> None:
     assert len(Draft()) == 0
-    assert len(Draft(["a", "b"], [{}, {}])) == 2
+    assert len(Draft(["def", " f", "(x"], [{}, {}, {}])) == 3
