@@ -36,7 +36,7 @@ from utils.engine.events import (
 )
 from utils.engine.model_info import loaded_context, model_info
 from utils.engine.output import Output
-from utils.engine.planning import FORMAT_REASON, NO_GAIN_REASON, Plan, standard_reason, thinks, verification_gate
+from utils.engine.planning import FORMAT_REASON, NO_GAIN_REASON, Plan, standard_reason, verification_gate
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats, Fallback, RoundRecord
 from utils.engine.validator import PromptPrefixValidator, Verdict, choose_method
@@ -114,10 +114,10 @@ class SpeculativeDecoder:
         Raises ServerError with the server's message (an unknown model, an unreachable server)."""
         info = await model_info(self.target, self.target_model, self.target.described)
         sampling, stops = info.sampling(request.options), info.stops(request.options)
-        if self.drafter is None:
-            return Plan(info, sampling, stops, thinking=thinks(info, request.think))
-        if why := standard_reason(info, request.format, request.think):
+        if why := standard_reason(info, request.format, request.think):  # no drafter could speculate it
             return Plan(info, sampling, stops, code=why[0], reason=why[1], thinking=why[0] == "thinking")
+        if self.drafter is None:
+            return Plan(info, sampling, stops)
         if gate := await verification_gate(self.target, info, request.options):
             return Plan(info, sampling, stops, code="server", reason=gate)
         exact = self.drafter.exact_distribution and await self.target.exact_logprobs()

@@ -23,9 +23,9 @@ ONE_TOKEN_SINCE = (0, 15, 5)
 
 FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the server, which speculation does "
                  "not apply: generated standard")
-THINKING_REASON = ("{model} is a thinking model and thinks unless asked `think: false`: only the server's own "
-                   "parser splits its reasoning from the answer, so it is generated standard (send `think: false` "
-                   "to have it speculated)")
+THINKING_REASON = ("{model} thinks in this answer (a thinking model thinks unless asked `think: false`): only the "
+                   "server's own parser splits its reasoning from the answer, so upstream generates it standard "
+                   "(send `think: false` to have it speculated)")
 PARAMETERS_REASON = ("{model}'s own parameters ({names}) change token choice in ways speculation does not keep "
                      "exact: generated standard")
 NO_GAIN_REASON = ("speculation has not paid on this server lately (the drafts were empty or rejected, or "
@@ -59,8 +59,10 @@ class Plan:
 
 
 def thinks(info: ModelInfo, think: bool | str | None) -> bool:
-    """Whether an answer of `info` with this `think` thinks (absent means on, Ollama 0.12.4+)."""
-    return info.thinks and think not in (False, "false", "")
+    """Whether an answer asks to think: `think` absent is the model's own (a thinking-capable model
+    thinks, Ollama 0.12.4+); asked of a model without thinking, upstream refuses it (400), and the
+    answer goes to upstream so that it does."""
+    return info.thinks if think is None else think not in (False, "false", "")
 
 
 def standard_reason(info: ModelInfo, request_format: Any, think: bool | str | None) -> tuple[str, str] | None:

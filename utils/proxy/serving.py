@@ -1,0 +1,150 @@
+"""The proxy's one decision, for every /api/generate, /api/chat and /v1/* answer: speculate it, or pass
+it on to upstream unchanged (and why), or refuse it as upstream would.
+
+`decide` is the only place where that is decided: first what the request asks for (routing.py), then
+how the engine would make the answer (the engine's plan: a thinking model, the model's parameters,
+the server's gate, whether speculation has paid lately), then the answer's start (a prompt longer than
+the context is upstream's to truncate). A speculated answer is returned started, its first event
+already read, so that a failure before any text gets a status, as Ollama's would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from utils.engine.client import ContextFull, OllamaServer
+from utils.engine.config import EngineConfig
+from utils.engine.decoder import SpeculativeDecoder, build_decoder
+from utils.engine.drafters import Drafter
+from utils.engine.events import GenerationError
+from utils.engine.planning import Plan
+from utils.engine.request import GenerationRequest
+from utils.errors import SpecError
+from utils.proxy import answers
+from utils.proxy.metrics import ProxyMetrics
+from utils.proxy.routing import Forward, Speculation, plan
+
+SEEDED_REASON = "a seeded sampled answer is repeatable only in standard generation"
+CONTEXT_REASON = "the prompt is longer than the context: upstream truncates it"
+
+
+@dataclass
+class ProxyConfig:
+    upstream: str  # the Ollama that answers everything, and verifies drafts
+    pairs: dict[str, str]  # target model -> drafter choice ("lookup" or a draft model)
+    engine: EngineConfig
+    draft_host: str | None = None  # where draft models run, if not upstream
+    api_key: str | None = None  # required as a bearer token on every request when set
+    origins: list[str] = field(default_factory=list)  # allowed CORS origins beyond Ollama's defaults
+    k: int | None = None  # a fixed draft length for every speculated answer; None: the controller's choice
+
+
+@dataclass
+class Refused:
+    """A failure before any text: upstream's status and message, as upstream would have answered."""
+
+    status: int
+    message: str
+
+
+@dataclass
+class Started:
+    """A speculated answer: its Ollama messages (the first one already made), and what was asked."""
+
+    job: Speculation
+    messages: AsyncIterator[dict[str, Any]]
+
+
+class ProxyState:
+    """Everything the routes share, on `app.state.proxy`: the settings, the upstream clients, one drafter
+    per target (built on first use; a drafter holds no per-answer state) and the metrics."""
+
+    def __init__(self, config: ProxyConfig):
+        engine = config.engine
+        self.config, self.metrics = config, ProxyMetrics()
+        self.upstream = httpx.AsyncClient(base_url=config.upstream.rstrip("/"),
+                                          timeout=httpx.Timeout(engine.request_timeout, connect=engine.connect_timeout))
+        self.target = OllamaServer(config.upstream, connect_timeout=engine.connect_timeout,
+                                   timeout=engine.request_timeout)
+        self.draft = (OllamaServer(config.draft_host, connect_timeout=engine.connect_timeout,
+                                   timeout=engine.draft_timeout) if config.draft_host else self.target)
+        # The key is the proxy's, not upstream's: it is not sent on.
+        self.drop = frozenset({"authorization"}) if config.api_key else frozenset()
+        self._drafters: dict[str, Drafter | None] = {}
+        self._lock = asyncio.Lock()
+
+    async def planned(self, model: str, request: GenerationRequest) -> tuple[SpeculativeDecoder, Plan]:
+        """The decoder of `model` and its plan for `request`. A drafter is built on the first answer that
+        could be speculated at all: a thinking answer or a grammar never loads a draft model."""
+        engine = self.config.engine
+        decoder = SpeculativeDecoder(self.target, model, self._drafters.get(model), engine)
+        answer_plan = await decoder.plan(request)
+        if model in self._drafters or answer_plan.standard:
+            return decoder, answer_plan
+        async with self._lock:
+            if model not in self._drafters:  # build_decoder answers Ollama's own 404 for an unknown model
+                built = await build_decoder(engine, self.target, model, self.config.pairs[model], self.draft)
+                self._drafters[model] = built.drafter
+        decoder = SpeculativeDecoder(self.target, model, self._drafters[model], engine)
+        return decoder, await decoder.plan(request)
+
+    async def keep_alive(self, model: str, keep_alive: Any, options: dict[str, Any]) -> None:
+        """The model's residency is upstream's: the request is passed on, with the answer's options
+        (another num_ctx would make Ollama reload the model)."""
+        try:
+            await self.upstream.post("/api/generate", json={"model": model, "keep_alive": keep_alive,
+                                                            "options": options})
+        except httpx.HTTPError:
+            pass  # residency is advice to upstream; the answer is already complete
+
+    async def aclose(self) -> None:
+        await self.upstream.aclose()
+        await self.target.aclose()
+        if self.draft is not self.target:
+            await self.draft.aclose()
+
+
+def _forwarded(answer_plan: Plan) -> Forward | None:
+    """An answer upstream gives exactly as the engine would, faster: any answer the plan makes standard,
+    and a seeded sampled one (which sample a seed draws depends on how the answer is cut into rounds:
+    only upstream's standard generation repeats it)."""
+    if answer_plan.code is not None and answer_plan.reason is not None:
+        return Forward(answer_plan.code, answer_plan.reason)
+    if answer_plan.sampling.seed is not None and not answer_plan.sampling.greedy:
+        return Forward("option:seed", SEEDED_REASON)
+    return None
+
+
+async def decide(state: ProxyState, body: Any, chat: bool, client: str, endpoint: str) -> Forward | Refused | Started:
+    """Speculate (the answer, started), pass on (the reason), or refuse (upstream's status)."""
+    job = plan(body, chat, state.config.pairs, state.config.k)
+    if isinstance(job, Forward):
+        return job
+    try:
+        decoder, answer_plan = await state.planned(job.model, job.request)
+        if passed := _forwarded(answer_plan):
+            return passed
+        stream = answers.events(decoder, job.request, answer_plan)
+        first = await anext(stream)
+    except SpecError as error:
+        cause = error.cause if isinstance(error, GenerationError) else error
+        if isinstance(cause, ContextFull):  # the engine never cuts a context; upstream truncates it
+            return Forward("context", CONTEXT_REASON)
+        return Refused(error.status or 500, error.message)
+
+    async def replay():
+        yield first
+        async for event in stream:
+            yield event
+
+    def done(stats) -> None:
+        state.metrics.observe_answer(client, endpoint, stats)
+        if job.keep_alive is not None:
+            asyncio.get_running_loop().create_task(state.keep_alive(job.model, job.keep_alive, job.request.options))
+
+    return Started(job, answers.messages(job.model, chat, replay(), done))
