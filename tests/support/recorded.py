@@ -296,3 +296,52 @@ class RecordedOllama:
 
     def __exit__(self, *_: object) -> None:
         self.stop()
+
+
+def kind(value: Any) -> str:
+    """A JSON value's type: null, bool, int, float, str, list or dict."""
+    if value is None:
+        return "null"
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list"}.get(type(value), "dict")
+
+
+def _merged(one: Any, other: Any) -> Any:
+    """Two recorded values as one template: objects' fields and lists' elements together."""
+    if isinstance(one, dict) and isinstance(other, dict):
+        return {**other, **{k: _merged(v, other[k]) if k in other else v for k, v in one.items()}}
+    if isinstance(one, list) and isinstance(other, list):
+        return one + other
+    return one
+
+
+def shape_differences(expected: Any, got: Any, where: str = "", ignore: tuple[str, ...] = ()) -> list[str]:
+    """Where `got` has other field names or JSON types than `expected`, as sorted lines
+    `path: expected X, got Y` (`.a.b`, `[]` for any element of a list). A float may come as an int
+    (Go writes 0.0 as 0), not the other way. In a list of objects, a field in every recorded element is
+    required and one in some of them allowed; paths in `ignore` are not looked into."""
+    if where in ignore:
+        return []
+    want, have = kind(expected), kind(got)
+    if want != have and not (want == "float" and have == "int"):
+        return [f"{where or '.'}: expected {want}, got {have}"]
+    found: list[str] = []
+    if want == "dict":
+        for key, value in expected.items():
+            if key in got:
+                found += shape_differences(value, got[key], f"{where}.{key}", ignore)
+            else:
+                found.append(f"{where}.{key}: expected {kind(value)}, got nothing")
+        found += [f"{where}.{key}: expected nothing, got {kind(got[key])}" for key in got if key not in expected]
+    elif want == "list" and expected and got:
+        if all(isinstance(item, dict) for item in expected):
+            required = set.intersection(*(set(item) for item in expected))
+            template: dict[str, Any] = {}
+            for item in expected:
+                template = _merged(template, item)
+            for item in got:
+                allowed = {k: v for k, v in template.items() if k in required or isinstance(item, dict) and k in item}
+                found += shape_differences(allowed, item, f"{where}[]", ignore)
+        else:
+            for i, item in enumerate(got):
+                found += shape_differences(expected[min(i, len(expected) - 1)], item, f"{where}[]", ignore)
+    return sorted(set(found))

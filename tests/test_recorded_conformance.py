@@ -1,0 +1,224 @@
+"""Conformance with a real Ollama 0.32.15: the requests recorded from it (tests/data/ollama-recorded/,
+read through tests/support/recorded.py) sent as they are to the embedded server, whose answer must
+have the recorded status, media type, field names and JSON types, and the same meaning: `done` and
+`done_reason`, the prompt's and the answer's token counts, one logprob entry per generated token with
+`token`, `logprob`, `bytes` and as many `top_logprobs` as asked, a streamed answer's last message with
+the statistics and no logprobs, the prompt `_debug_render_only` renders. Not equal texts or logprobs
+(another build of llama.cpp, another machine).
+
+Where the embedded server answers otherwise, the difference is written in DEVIATIONS below, each
+with why: the test fails on a new difference and on a listed one that is gone, so the list stays
+what the server does.
+
+tests/test_conformance.py checks the examples of Ollama's API documentation (every endpoint, on
+smollm2); this checks what a real Ollama answered to the requests the engine and its clients make
+(raw generation with logprobs, `_debug_render_only`, think, a context overflow, /v1 logprobs).
+
+TODO (model parameters are being added to the embedded server; once they are, add these cases):
+- 18-show-model-with-parameters: /api/show of a model created with PARAMETER temperature 0,
+  stop "def ", num_ctx 8192 (`q05-greedy`): `parameters` one text field, a line each, as recorded.
+- 19-chat-model-parameters-no-options: /api/chat of that model with no options: greedy, stopped by
+  the Modelfile's stop (`done_reason: "stop"`).
+- 20-ps-after-num-ctx-8192-model: /api/ps with that model loaded: `context_length` 8192.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.recorded import Exchange, load, shape_differences
+from utils.engine.client import ContextFull, OllamaServer
+
+CASES = [
+    "01-version", "02-tags", "03-show-qwen2_5-coder_0_5b", "03-show-qwen2_5-coder_1_5b", "03-show-smollm2_135m",
+    "04-generate-warmup", "05-generate-raw-logprobs", "06-generate-raw-logprobs-stream",
+    "07-generate-raw-logprobs-8tok", "08-chat", "09-chat-debug-render-only", "10-generate-debug-render-only",
+    "13-openai-chat-completions", "15-generate-raw-logprobs-qwen2_5-coder_1_5b",
+    "15-generate-raw-logprobs-smollm2_135m", "16-generate-raw-think-false", "17-generate-raw-think-true",
+    "21-chat-context-full-truncate-false", "14-ps",  # last: after the generations have loaded models
+]
+SHOW_DEVIATIONS = [
+    # Ollama leaves out an empty license (`omitempty`); the embedded server sends "".
+    ".license: expected nothing, got str",
+    # Ollama 0.32.15 lists the tensors (name, type, shape) in a plain /api/show too.
+    ".tensors: expected list, got nothing",
+]
+DEVIATIONS: dict[str, list[str]] = {
+    # By design: the embedded server declares what the engine may use (utils/engine/client.py reads
+    # these). It also says "version": "0.12.11" where Ollama says 0.32.15: the API level it implements.
+    "01-version": [".batches_nested_requests: expected nothing, got bool",
+                   ".burst_endpoint: expected nothing, got bool", ".embedded: expected nothing, got bool",
+                   ".exact_logprobs: expected nothing, got bool"],
+    # Ollama 0.32.15 lists each model's capabilities and, in its details, the context and embedding
+    # lengths; the embedded server's list (utils/embedded/api.py _model_entry) has neither.
+    "02-tags": [".models[].capabilities: expected list, got nothing",
+                ".models[].details.context_length: expected int, got nothing",
+                ".models[].details.embedding_length: expected int, got nothing"],
+    # Ollama has no `parameters` where the model has none (qwen); smollm2 has Ollama's stop strings.
+    # `insert`: the recorded Ollama imported the bare GGUF (TEMPLATE {{ .Prompt }}, no .Suffix, so no
+    # fill-in-the-middle); the embedded server describes the Ollama library's qwen2.5-coder, which has it.
+    "03-show-qwen2_5-coder_0_5b": sorted([".parameters: expected nothing, got str", *SHOW_DEVIATIONS]) + [
+        ".capabilities: expected ['completion', 'tools'], got ['completion', 'insert', 'tools']"],
+    "03-show-qwen2_5-coder_1_5b": sorted([".parameters: expected nothing, got str", *SHOW_DEVIATIONS]) + [
+        ".capabilities: expected ['completion', 'tools'], got ['completion', 'insert', 'tools']"],
+    "03-show-smollm2_135m": SHOW_DEVIATIONS,
+    # Ollama answers `_debug_render_only` with an empty message or response and `done: false`
+    # (utils/embedded/api.py _rendered sends only model, created_at and _debug_info).
+    "09-chat-debug-render-only": [".done: expected bool, got nothing", ".message: expected dict, got nothing"],
+    "10-generate-debug-render-only": [".done: expected bool, got nothing", ".response: expected str, got nothing"],
+    # /v1/chat/completions with logprobs: true, top_logprobs: 3: Ollama gives each choice its logprobs
+    # ({"content": [{token, logprob, bytes, top_logprobs}]}); utils/api/openai.py leaves them out.
+    "13-openai-chat-completions": [".choices[].logprobs: expected dict, got nothing"],
+    # The embedded server's /api/ps entries have `modified_at`, Ollama's do not.
+    "14-ps": [".models[].modified_at: expected nothing, got str"],
+    # Ollama 0.32.15 passes llama-server's own JSON on as the text of `error`; the embedded server
+    # (utils/embedded/engine.py) words it as Ollama's Go engine did. The engine's client reads both
+    # as ContextFull (test_context_full_is_contextfull_for_the_engine below).
+    "21-chat-context-full-truncate-false": [
+        ".error: expected llama-server's JSON (exceed_context_size_error), got text"],
+}
+
+
+def media(content_type: str | None) -> str:
+    return (content_type or "").split(";")[0].strip()
+
+
+def read(reply: httpx.Response) -> Any:
+    if media(reply.headers.get("content-type")) == "application/x-ndjson":
+        return [json.loads(line) for line in reply.text.splitlines() if line.strip()]
+    return reply.json()
+
+
+def shape(exchange: Exchange, got: Any) -> list[str]:
+    """Field names and types; a stream's messages against the recorded first and last ones."""
+    expected = exchange.json()
+    ignore = (".model_info",)  # the GGUF's own keys: checked apart (meaning)
+    if isinstance(expected, list) and exchange.content_type.startswith("application/x-ndjson"):
+        found = [d for message in got[:-1] for d in shape_differences(expected[0], message, "[chunk]", ignore)]
+        return sorted(set(found + shape_differences(expected[-1], got[-1], "[final]", ignore)))
+    return shape_differences(expected, got, ignore=ignore)
+
+
+def logprob_entry(entry: dict[str, Any], top: int) -> list[str]:
+    found = []
+    if set(entry) != {"token", "logprob", "bytes", "top_logprobs"}:
+        found.append(f"logprobs[]: fields {sorted(entry)}")
+    if entry.get("logprob", 1) > 0 or len(entry.get("top_logprobs") or []) != top:
+        found.append(f"logprobs[]: logprob {entry.get('logprob')}, {len(entry.get('top_logprobs') or [])} top")
+    if "\ufffd" not in entry["token"] and entry.get("bytes") != list(entry["token"].encode()):
+        found.append(f"logprobs[]: bytes {entry.get('bytes')} of {entry['token']!r}")
+    return found
+
+
+def meaning(exchange: Exchange, got: Any) -> list[str]:
+    """What the fields say, where they must say the same as Ollama's."""
+    expected, request, found = exchange.json(), exchange.request or {}, []
+    if exchange.path in ("/api/generate", "/api/chat") and exchange.status == 200:
+        chunks = got if isinstance(got, list) else [got]
+        final, recorded = chunks[-1], expected[-1] if isinstance(expected, list) else expected
+        for key in ("done", "done_reason", "prompt_eval_count", "eval_count"):
+            if key in recorded and key in final and final[key] != recorded[key]:  # absent: shape says so
+                found.append(f".{key}: expected {recorded[key]!r}, got {final.get(key)!r}")
+        if any(c.get("done") or "done_reason" in c for c in chunks[:-1]):
+            found.append("a message before the last says done")
+        if "_debug_info" in recorded:
+            rendered = (final.get("_debug_info") or {}).get("rendered_template")
+            if rendered != recorded["_debug_info"]["rendered_template"]:
+                found.append("._debug_info.rendered_template: another prompt")
+            return found
+        entries = [e for c in chunks for e in c.get("logprobs") or []]
+        if len(chunks) > 1 and "logprobs" in final:
+            found.append("[final].logprobs: expected nothing (Ollama's last message has none)")
+        if not request.get("logprobs"):
+            return found + (["logprobs: sent though not asked for"] if entries else [])
+        if len(entries) != final.get("eval_count"):
+            found.append(f"logprobs: {len(entries)} entries for {final.get('eval_count')} tokens")
+        found += [d for e in entries for d in logprob_entry(e, request.get("top_logprobs", 0))]
+        if "".join(e["token"] for e in entries) != "".join(c.get("response", "") for c in chunks):
+            found.append("logprobs: their tokens are not the text")
+    elif exchange.path == "/v1/chat/completions":
+        choice, recorded = got["choices"][0], expected["choices"][0]
+        if (got["object"], choice["finish_reason"]) != (expected["object"], recorded["finish_reason"]):
+            found.append(f"object, finish_reason: {got['object']}, {choice['finish_reason']}")
+        if got["usage"]["completion_tokens"] != expected["usage"]["completion_tokens"]:
+            found.append(f"usage: {got['usage']}")
+        entries = (choice.get("logprobs") or {}).get("content") or []
+        found += [d for e in entries for d in logprob_entry(e, request["top_logprobs"])]
+    elif exchange.status >= 400:
+        try:
+            inner = json.loads(expected["error"])
+        except ValueError:
+            if got.get("error") != expected["error"]:
+                found.append(f".error: expected {expected['error']!r}, got {got.get('error')!r}")
+        else:
+            try:
+                same = json.loads(got["error"])["error"]["type"] == inner["error"]["type"]
+            except (ValueError, KeyError, TypeError):
+                same = False
+            if not same:
+                found.append(f".error: expected llama-server's JSON ({inner['error']['type']}), got text")
+    elif exchange.path == "/api/show":
+        info = got.get("model_info") or {}
+        architecture = info.get("general.architecture")
+        if architecture != expected["model_info"]["general.architecture"] or \
+                not isinstance(info.get(f"{architecture}.context_length"), int):
+            found.append(f".model_info: architecture {architecture!r}")
+        if sorted(got.get("capabilities") or []) != sorted(expected["capabilities"]):
+            found.append(f".capabilities: expected {sorted(expected['capabilities'])}, "
+                         f"got {sorted(got.get('capabilities') or [])}")
+    elif exchange.path == "/api/ps":
+        lengths = [m.get("context_length") for m in got["models"]]
+        if not lengths or not all(isinstance(n, int) and n > 0 for n in lengths):
+            found.append(f".models[].context_length: {lengths}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def http(server_url):
+    with httpx.Client(base_url=server_url, timeout=600) as client:
+        yield client
+
+
+def send(http: httpx.Client, exchange: Exchange) -> httpx.Response:
+    body = None if exchange.request is None else json.dumps(exchange.request)
+    return http.request(exchange.method, exchange.path, content=body)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_embedded_server_answers_as_ollama_did(http, name):
+    exchange = load(name)
+    reply = send(http, exchange)
+    assert reply.status_code == exchange.status, reply.text
+    assert media(reply.headers.get("content-type")) == media(exchange.content_type)
+    got = read(reply)
+    assert shape(exchange, got) + meaning(exchange, got) == DEVIATIONS.get(name, []), json.dumps(got)[:2000]
+
+
+async def test_a_burst_of_nested_prompts_as_ollama_answered_it(server_url):
+    """11: five one-token requests sent at once, prompts extending one another (a validator burst):
+    each answered alone as Ollama did, with the whole prompt counted."""
+    exchanges = [load(f"11-nested-{i}") for i in range(5)]
+    async with httpx.AsyncClient(base_url=server_url, timeout=600) as client:
+        replies = await asyncio.gather(*(client.post(e.path, json=e.request) for e in exchanges))
+    for exchange, reply in zip(exchanges, replies):
+        assert reply.status_code == 200, reply.text
+        got = reply.json()
+        assert shape(exchange, got) + meaning(exchange, got) == [], (exchange.name, got)
+
+
+async def test_context_full_is_contextfull_for_the_engine(server_url):
+    """21's request through the engine's client: ContextFull, as from a real Ollama (whose 400 the
+    fast layer replays in tests/unit/test_recorded_ollama.py)."""
+    recorded = load("21-chat-context-full-truncate-false").request
+    server = OllamaServer(server_url)
+    try:
+        with pytest.raises(ContextFull) as raised:
+            await server.next_token(recorded["model"], recorded["prompt"], recorded["options"])
+    finally:
+        await server.aclose()
+    assert raised.value.status == 400
