@@ -21,18 +21,19 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     import asyncio
 
     import uvicorn
+    from pydantic import ValidationError
 
     from utils.api.cors import origins_from_env
     from utils.engine.client import OllamaServer
-    from utils.engine.config import K_LIMIT
     from utils.errors import SpecError
     from utils.hosts import target_host
     from utils.proxy.app import ProxyConfig, create_proxy, is_loopback
     from utils.proxy.pairs import default_pairs, parse_pairs
 
-    settings = get_settings()
-    if args.k is not None and args.k > K_LIMIT:
-        print(f"error: --k must be between 0 and {K_LIMIT}", file=sys.stderr)
+    try:
+        settings = get_settings().with_engine(p_min=args.p_min, draft_top_k=args.top_k_draft)
+    except (ValidationError, ValueError) as error:
+        print(f"error: invalid settings: {error}", file=sys.stderr)
         return 2
     if not is_loopback(args.host) and not settings.api_key and not args.insecure:
         print(f"error: listening on {args.host} lets anyone who reaches it run your models: set SPEC_API_KEY "
@@ -124,17 +125,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     from pydantic import ValidationError
 
-    from utils.engine.config import EngineConfig
     from utils.engine.events import GenerationError
     from utils.engine.request import GenerationRequest
     from utils.errors import SpecError
     from utils.hosts import generate_once
     try:
         settings = get_settings()
-        chosen = {key: value for key, value in {"p_min": args.p_min, "draft_top_k": args.top_k_draft}.items()
-                  if value is not None}
-        engine = EngineConfig(**{**settings.engine.model_dump(), **chosen})
-        settings = settings.model_copy(update={"engine": engine})
+        settings = settings.with_engine(p_min=args.p_min, draft_top_k=args.top_k_draft)
         # Only the options given (on the command line or SPEC_NUM_CTX): the model's own parameters
         # (its Modelfile) apply to the rest, as for any Ollama client.
         given = {"temperature": args.temperature, "top_k": args.top_k, "seed": args.seed}
@@ -223,12 +220,18 @@ def cmd_bench_overhead(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_k(text: str) -> str:
+def _draft_length(text: str) -> int:
+    """A fixed draft length K, the one way every command reads it: 0 to the engine's limit."""
     from utils.engine.config import K_LIMIT
 
-    if text != "auto" and not (text.isdigit() and 0 <= int(text) <= K_LIMIT):
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a number from 0 to {K_LIMIT}")
-    return text
+    if not text.strip().isdigit() or int(text) > K_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to {K_LIMIT}")
+    return int(text)
+
+
+def _bench_k(text: str) -> str:
+    """`bench --k`: 'auto' (the controller's choice) or a fixed draft length."""
+    return text if text == "auto" else str(_draft_length(text))
 
 
 def _problems(error) -> str:
@@ -308,9 +311,13 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--draft-host", default=None, help="the Ollama that runs draft models (default: upstream)")
     proxy.add_argument("--pair", action="append", metavar="TARGET=DRAFTER",
                        help="speculate for TARGET with DRAFTER, a draft model or 'lookup' (repeatable)")
-    proxy.add_argument("--k", type=_non_negative, default=None,
+    proxy.add_argument("--k", type=_draft_length, default=None,
                        help="a fixed draft length for every speculated answer (default: the controller chooses "
                             "it, down to forwarding answers where speculation does not pay)")
+    proxy.add_argument("--p-min", type=_probability, default=None,
+                       help="stop a draft below this probability (default: SPEC_P_MIN)")
+    proxy.add_argument("--top-k-draft", type=int, default=None,
+                       help="draft candidates read per position (default: SPEC_DRAFT_TOP_K)")
     proxy.add_argument("--insecure", action="store_true", help="allow a non-loopback address without an API key")
     proxy.set_defaults(run=cmd_proxy)
 
@@ -330,7 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--target", default=get_settings().target_model)
     generate.add_argument("--draft", default=get_settings().draft_model,
                           help="a draft model, 'lookup' (prompt lookup) or 'none' (standard generation)")
-    generate.add_argument("--k", type=_non_negative, default=None, help="fixed draft length (default: adaptive)")
+    generate.add_argument("--k", type=_draft_length, default=None, help="fixed draft length (default: adaptive)")
     generate.add_argument("--p-min", type=_probability, default=None)
     generate.add_argument("--top-k", type=_non_negative, default=None,
                           help="sampling top-k of the answer (default: the model's, else Ollama's 40)")

@@ -73,6 +73,10 @@ class Settings(BaseSettings):
             values["engine"] = EngineConfig(**{**base, **flat})
         return values
 
+    def with_engine(self, **changes: object) -> Settings:
+        """These settings with the engine's `changes` applied and validated (EngineConfig.replace)."""
+        return self.model_copy(update={"engine": self.engine.replace(**changes)})
+
     @property
     def models_dir(self) -> Path:
         return self.data_dir / "models"

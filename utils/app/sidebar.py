@@ -48,8 +48,7 @@ class Choices:
         return self.drafter != NONE
 
     def decoder_settings(self, settings: Settings) -> Settings:
-        engine = settings.engine.model_copy(update={"p_min": self.p_min, "draft_top_k": self.draft_top_k})
-        return settings.model_copy(update={"engine": engine})
+        return settings.with_engine(p_min=self.p_min, draft_top_k=self.draft_top_k)
 
     def request(self, messages: list[dict[str, str]], engine: EngineConfig | None = None) -> GenerationRequest:
         options = SamplingOptions(temperature=self.temperature, top_k=self.top_k, seed=self.seed).to_ollama()

@@ -23,6 +23,15 @@ class EngineConfig(BaseSettings):
     # and the app asks for it; Ollama reloads a model whose num_ctx changes, so only set it on purpose.
     num_ctx: int | None = Field(default=None, ge=256, le=1 << 20, description="context size asked of the server")
 
+    def replace(self, **changes: object) -> EngineConfig:
+        """A copy with `changes` (None: unchanged), validated like the settings themselves: the one way
+        the CLI, the app and the proxy derive an engine's settings from the environment's."""
+        wanted = {key: value for key, value in changes.items() if value is not None}
+        unknown = sorted(set(wanted) - set(type(self).model_fields))
+        if unknown:
+            raise ValueError(f"unknown engine settings: {', '.join(unknown)}")
+        return type(self).model_validate({**self.model_dump(), **wanted})
+
     def context_options(self) -> dict[str, int]:
         """`num_ctx` for a request's options where one is set, else nothing (the server's own)."""
         return {"num_ctx": self.num_ctx} if self.num_ctx else {}
