@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import sys
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -215,6 +216,11 @@ class _Server(ThreadingHTTPServer):
     def track(self, connection: socket.socket, alive: bool) -> None:
         with self.lock:
             (self.open.add if alive else self.open.discard)(connection)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hung up mid-answer (a stream left early) is no error; anything else is."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     def hang_up(self) -> None:
         """Closes the kept-alive connections, so that their threads end."""
