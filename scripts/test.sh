@@ -7,11 +7,12 @@ SPEC_FORCE_MODELS=1 bash scripts/install.sh
 bash scripts/install_native.sh   # llama.cpp's llama-server, for tests/test_native.py
 bash scripts/install_browser.sh  # Debian's chromium, for tests/e2e
 (cd tests/js && npm ci --silent --no-audit --no-fund)  # ollama-js, for tests/test_proxy.py
-# Lint first (pyproject.toml); the tests run either way, so one run reports both.
+# Lint and type-check first (pyproject.toml); the tests run either way, so one run reports both.
 lint=0
 .venv/bin/ruff check . || lint=$?
+.venv/bin/mypy utils/engine utils/proxy || lint=$?
 .venv/bin/python -m pytest "$@" || exit $?
 if [ "$lint" -ne 0 ]; then
-  echo "ruff check . found problems (above): failing although the tests passed" >&2
+  echo "ruff or mypy found problems (above): failing although the tests passed" >&2
 fi
 exit "$lint"

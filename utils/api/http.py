@@ -65,7 +65,8 @@ class NdjsonResponse(StreamingResponse):
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
         async for chunk in self.body_iterator:
             last = isinstance(chunk, LastLine)
-            await send({"type": "http.response.body", "body": bytes(chunk), "more_body": not last})
+            body = chunk.encode() if isinstance(chunk, str) else bytes(chunk)
+            await send({"type": "http.response.body", "body": body, "more_body": not last})
             if last:
                 if close := getattr(self.body_iterator, "aclose", None):
                     await close()  # runs the generator's cleanup now, not when it is collected
@@ -133,7 +134,7 @@ def replay(body: bytes, receive: Any) -> Callable[[], Awaitable[dict]]:
 
 
 def error_response(error: ApiError) -> Response:
-    return JSONResponse({"error": error.message}, error.status)
+    return JSONResponse({"error": error.message}, error.status or 500)
 
 
 def install_error_handlers(app: FastAPI) -> None:

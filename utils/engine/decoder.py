@@ -73,10 +73,6 @@ class _Answer:
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TOKENS))
 
     @property
-    def method(self):
-        return self.plan.method
-
-    @property
     def context(self) -> str:
         return self.prompt + self.output.generated
 
@@ -212,8 +208,8 @@ class SpeculativeDecoder:
         if answer.drafter is None or answer.short_segment:
             return 0
         output = answer.output
-        known = answer.context_tokens and answer.context_limit
-        room = answer.context_limit - (answer.context_tokens + output.tokens) - 2 if known else 1 << 30
+        limit = answer.context_limit
+        room = limit - (answer.context_tokens + output.tokens) - 2 if limit and answer.context_tokens else 1 << 30
         return answer.controller.choose(min(output.remaining - 1, room))
 
     async def _standard_segment(self, answer: _Answer) -> AsyncIterator[Event]:
@@ -270,8 +266,8 @@ class SpeculativeDecoder:
 
     async def _speculative_round(self, answer: _Answer, k: int) -> AsyncIterator[Event]:
         """Draft up to `k` pieces, verify them all at once, emit what the target chose."""
-        drafter, controller = answer.drafter, answer.controller
-        assert drafter is not None and answer.method is not None
+        drafter, controller, method = answer.drafter, answer.controller, answer.plan.method
+        assert drafter is not None and method is not None
         round_started = time.perf_counter()
         try:
             options = self._draft_options(answer)
@@ -288,7 +284,7 @@ class SpeculativeDecoder:
                 return
             answer.empty_drafts = 0
             verdict = await asyncio.wait_for(
-                self.validator.verify(answer.context, draft, answer.plan.sampling, answer.plan.method, answer.rng,
+                self.validator.verify(answer.context, draft, answer.plan.sampling, method, answer.rng,
                                       answer.request.options),
                 self.config.verify_timeout)
         except (TimeoutError, ServerError, OSError) as error:
@@ -365,7 +361,7 @@ class SpeculativeDecoder:
     @staticmethod
     def _draft_options(answer: _Answer) -> SamplingOptions:
         """Greedy and sample-match draft the most likely pieces; rejection sampling must draw them."""
-        if answer.method != "rejection":
+        if answer.plan.method != "rejection":
             return GREEDY
         options = answer.plan.sampling
         return SamplingOptions(options.temperature, options.top_k, options.top_p, options.min_p,

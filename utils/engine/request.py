@@ -22,7 +22,7 @@ class GenerationRequest:
     # go with every request the engine makes, so upstream merges them with the model's own parameters
     # as it would for a direct request; nothing is added (a `num_ctx` the client did not send would
     # make Ollama reload the model). Their `seed` also seeds the engine's own draws.
-    options: dict[str, Any] | SamplingOptions = field(default_factory=lambda: {"temperature": 0})
+    options: dict[str, Any] = field(default_factory=lambda: {"temperature": 0})
     max_tokens: int = 256  # -1: until the model stops or the context is full
     stop: list[str] | None = None  # None: the model's own stop strings, if it has any (as Ollama)
     k: int | None = None  # a fixed draft length; None lets the controller choose
@@ -33,7 +33,7 @@ class GenerationRequest:
     think: bool | str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.options, SamplingOptions):
+        if isinstance(self.options, SamplingOptions):  # accepted for convenience, kept as Ollama's dict
             self.options = self.options.to_ollama()
         self.options = {key: value for key, value in self.options.items() if key not in ENGINE_OPTIONS}
         if self.stop:  # sent on as the client's own: it replaces the model's stop strings (none: kept)

@@ -55,7 +55,8 @@ class Response:
     pool; closed before (`close`), the connection is closed, and the server sees the client leave."""
 
     def __init__(self, transport: Transport, connection: Connection, status: int, headers: dict[bytes, bytes]):
-        self.transport, self.connection, self.status = transport, connection, status
+        self.transport, self.status = transport, status
+        self.connection: Connection | None = connection  # None once given back or closed
         self.chunked = b"chunked" in headers.get(b"transfer-encoding", b"").lower()
         length = headers.get(b"content-length")
         self.left = int(length) if length is not None and not self.chunked else None
@@ -64,6 +65,7 @@ class Response:
 
     async def pieces(self) -> AsyncIterator[bytes]:
         """The body as it arrives (chunked transfer decoded)."""
+        assert self.connection is not None, "the body was already read or the response closed"
         reader, within = self.connection.reader, self.transport.within
         try:
             if self.chunked:
@@ -92,13 +94,13 @@ class Response:
         return b"".join([piece async for piece in self.pieces()])
 
     def close(self) -> None:
-        if self.connection is None:
+        connection, self.connection = self.connection, None
+        if connection is None:
             return
         if self.finished and self.reusable:
-            self.transport.release(self.connection)
+            self.transport.release(connection)
         else:
-            self.connection.close()
-        self.connection = None
+            connection.close()
 
 
 class Transport:

@@ -72,7 +72,8 @@ async def messages(model: str, chat: bool, stream: AsyncIterator[TextEvent | Don
 
 async def joined(answer: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
     """A whole answer from its messages: (text, closing message); GenerationError if it failed."""
-    text, last = [], None
+    text: list[str] = []
+    last: dict[str, Any] | None = None
     async for message in answer:
         if "error" in message:
             raise GenerationError(message["error"], "".join(text))

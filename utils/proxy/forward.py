@@ -4,7 +4,7 @@ client's connection closes the upstream one, which stops upstream's work."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 import httpx
 from starlette.background import BackgroundTask
@@ -16,7 +16,7 @@ _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
         "transfer-encoding", "upgrade", "host", "content-length"}
 
 
-def _headers(headers: httpx.Headers | dict, drop: set[str]) -> dict[str, str]:
+def _headers(headers: Mapping[str, str], drop: set[str]) -> dict[str, str]:
     return {key: value for key, value in headers.items() if key.lower() not in _HOP | drop}
 
 

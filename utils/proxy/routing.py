@@ -59,6 +59,7 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], k: int | None = None) -> 
     for option in options:
         if option not in SPECULATED_OPTIONS:
             return Forward(f"option:{option}", f"option `{option}` is not kept exact by speculation")
+    parsed: ChatBody | GenerateBody
     try:
         parsed = ChatBody.model_validate(body) if chat else GenerateBody.model_validate(body)
         parsed.check()
@@ -70,7 +71,7 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], k: int | None = None) -> 
     # on, and upstream merges them with the model's own parameters as for a direct request.
     sent = {key: value for key, value in options.items() if value is not None}
     think = body.get("think")
-    if chat:
+    if isinstance(parsed, ChatBody):
         messages = body.get("messages") or []
         for message in messages:
             extra = [f for f, v in message.items() if f not in MESSAGE_FIELDS and v not in (None, "", [], {})]
@@ -80,7 +81,7 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], k: int | None = None) -> 
             return Forward("load", "a chat without messages loads the model: upstream does that")
         request = GenerationRequest(messages=[{"role": m.role, "content": m.content} for m in parsed.messages],
                                     options=sent, max_tokens=parsed.options.num_predict, k=k, think=think)
-    else:
+    else:  # a GenerateBody
         if not parsed.prompt:
             return Forward("load", "an empty prompt loads the model: upstream does that")
         request = GenerationRequest(prompt=parsed.prompt, raw=parsed.raw, system=parsed.system,
