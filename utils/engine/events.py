@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from utils.engine.client import ServerError
 from utils.engine.stats import AnswerStats, RoundRecord
 from utils.errors import SpecError
 
+# Where an emitted piece of text came from: an accepted draft piece, the target's own token after a
+# rejected one (correction) or after a whole draft (bonus), or standard generation.
+Origin = Literal["draft", "correction", "bonus", "standard"]
+
 
 @dataclass
 class TextEvent:
     text: str
-    origin: str  # "draft" (accepted draft), "correction", "bonus" or "standard"
+    origin: Origin
 
 
 @dataclass

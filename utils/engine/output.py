@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from utils.engine.events import TextEvent
+from utils.engine.events import Origin, TextEvent
 from utils.stops import held_back
 
 
@@ -25,7 +25,7 @@ class Output:
     def remaining(self) -> int:
         return self.max_tokens - self.tokens
 
-    def add(self, text: str, origin: str, tokens: int = 1) -> list[TextEvent]:
+    def add(self, text: str, origin: Origin, tokens: int = 1) -> list[TextEvent]:
         self.generated += text
         self.tokens += tokens
         self.pending.append(TextEvent(text, origin))

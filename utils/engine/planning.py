@@ -15,7 +15,7 @@ from typing import Any
 from utils.engine.client import LOGPROBS_SINCE, OllamaServer, ServerError
 from utils.engine.controller import MAX_RETRY_ANSWERS, RETRY_ANSWERS
 from utils.engine.model_info import ModelInfo
-from utils.engine.validator import Method
+from utils.engine.stats import Method
 from utils.sampling import SamplingOptions
 
 # Since Ollama 0.15.5 a `num_predict: 1` request returns its token (0.12.11-0.15.4's Go engine did not).

@@ -9,6 +9,8 @@ live view takes a `snapshot()` at any moment; the derived rates come from `accep
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
 
@@ -36,12 +38,17 @@ class RoundRecord(BaseModel):
     at_seconds: float = Field(0.0, description="time since the request when the round ended")
 
 
+Mode = Literal["speculative", "standard", "merged"]  # merged: the sum of several answers (merge below)
+Method = Literal["greedy", "sample-match", "rejection"]  # how drafts are verified (validator.py)
+
+
 class AnswerStats(BaseModel):
-    mode: str = Field(description="'speculative' or 'standard'")
+    mode: Mode = Field(description="'speculative' or 'standard' ('merged' for a sum of answers)")
     target: str
     drafter: str | None = None
-    method: str | None = Field(None, description="greedy | sample-match | rejection")
-    engine: str = Field("project", description="which engine answered: 'project' or 'llama.cpp' (the anchor)")
+    method: Method | None = Field(None, description="greedy | sample-match | rejection")
+    engine: Literal["project", "llama.cpp"] = Field("project", description="which engine answered: the project's "
+                                                    "or llama-server (the benchmark's anchor)")
     done_reason: str = ""
     prompt_tokens: int = Field(0, description="the target's token count of the prompt, as the server reported it")
     output_tokens: int = 0

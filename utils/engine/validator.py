@@ -23,12 +23,14 @@ Acceptance methods:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from utils.engine.client import OllamaServer, Step
 from utils.engine.drafters import Draft
+from utils.engine.events import Origin
+from utils.engine.stats import Method
 from utils.sampling import SamplingOptions, text_distribution
 
 END = ""  # how an end-of-text token appears among top log-probabilities
@@ -38,15 +40,12 @@ MAX_TOP_LOGPROBS = 20
 @dataclass
 class Verdict:
     accepted: int = 0  # draft pieces accepted
-    pieces: list[tuple[str, str]] = field(default_factory=list)  # (text, origin) to emit, in order
+    pieces: list[tuple[str, Origin]] = field(default_factory=list)  # (text, origin) to emit, in order
     ended: bool = False  # the target ends its text after `pieces`
     prompt_tokens: int = 0  # the target's token count of the context
     # In sample-match mode, the seed of the position where an unusable token stopped the round:
     # standard generation resumes with it so that the same sample is drawn there.
     resume_seed: int | None = None
-
-
-Method = Literal["greedy", "sample-match", "rejection"]
 
 
 def choose_method(options: SamplingOptions, exact_distribution: bool) -> Method:
@@ -113,6 +112,7 @@ class PromptPrefixValidator:
             if step.token is None and step.done_reason != "stop":
                 break
             p = text_distribution(step.token.top if step.token else {END: 0.0}, options)
+            origin: Origin
             if position < len(draft):
                 x = draft.pieces[position]
                 q = text_distribution(draft.top_logprobs[position], options_for_draft(options, draft, position))
