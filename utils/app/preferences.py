@@ -16,7 +16,7 @@ from utils.app.store import ConversationStore
 
 # The widget keys whose values are remembered.
 REMEMBERED = ("target", "speculative", "drafter", "draft_length", "p_min", "draft_top_k", "temperature", "top_k",
-              "seed", "max_tokens", "highlight")
+              "seed", "max_tokens", "highlight", "think")
 
 
 class Preferences:

@@ -14,6 +14,8 @@ from utils.bench.advisor import check_parallel
 from utils.engine.client import LOGPROBS_SINCE, ServerError
 from utils.engine.config import EngineConfig
 from utils.engine.drafters import NONE, model_free_drafters
+from utils.engine.model_info import model_info
+from utils.engine.planning import standard_reason, verification_gate
 from utils.engine.request import GenerationRequest
 from utils.engine.tokenizers import tokenizer_relation
 from utils.errors import SpecError
@@ -42,6 +44,7 @@ class Choices:
     top_k: int
     seed: int | None
     max_tokens: int
+    think: bool | None = None  # a thinking model's switch; None: the model has none
 
     @property
     def speculative(self) -> bool:
@@ -54,7 +57,7 @@ class Choices:
         options = SamplingOptions(temperature=self.temperature, top_k=self.top_k, seed=self.seed).to_ollama()
         context = engine.context_options() if engine else {}
         return GenerationRequest(messages=messages, options={**options, **context}, max_tokens=self.max_tokens,
-                                 k=self.k)
+                                 k=self.k, think=self.think)
 
 
 @st.cache_data(ttl=600, show_spinner="Reading the tokenizers of the server's models…")
@@ -72,6 +75,40 @@ def drafter_relations(_settings: Settings, url: str, target: str, models: tuple[
         return relations
 
     return run(relate)
+
+
+@st.cache_data(ttl=600, show_spinner=False)
+def thinking_model(_settings: Settings, url: str, target: str) -> bool:
+    """Whether `target` thinks (capability `thinking`): the sidebar then offers its switch."""
+    client = server(_settings, url)
+
+    async def check() -> bool:
+        try:
+            return (await model_info(client, target, client.described)).thinks
+        except ServerError:
+            return False
+
+    return run(check)
+
+
+@st.cache_data(ttl=600, show_spinner="Checking whether this server can verify drafts for the model…")
+def standard_why(_settings: Settings, url: str, target: str, think: bool | None) -> str | None:
+    """Why no answer of `target` on this server can be speculated (a thinking model that thinks, model
+    parameters speculation does not keep exact, a server whose one-token answers cannot verify drafts:
+    utils/engine/planning.py), or None. The same reasons go with each answer's notes and the proxy's
+    /metrics."""
+    client = server(_settings, url)
+
+    async def check() -> str | None:
+        try:
+            info = await model_info(client, target, client.described)
+            if why := standard_reason(info, None, think):
+                return why[1]
+            return await verification_gate(client, info, _settings.engine.context_options())
+        except ServerError:
+            return None  # the answer itself reports what failed
+
+    return run(check)
 
 
 @st.cache_data(ttl=3600, show_spinner="Checking whether the server verifies in parallel…")
@@ -111,6 +148,13 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
     speculative = bar.toggle("Speculative decoding", value=remembered.default("speculative", True), key="speculative",
                              help="a drafter guesses the next tokens and the target checks them all at once")
     _parallel_note(settings, info, target)
+    think = None
+    if thinking_model(settings, info.url, target):
+        think = bar.toggle("Think", value=remembered.default("think", True), key="think",
+                           help="the model reasons before it answers (shown folded above the answer); only the "
+                                "server can split its reasoning out, so such answers are generated standard")
+    if speculative and (why := standard_why(settings, info.url, target, think)):
+        bar.warning(f"Answers of {target} are generated standard here: {why}.")
 
     drafter, k = NONE, None
     if speculative:
@@ -154,7 +198,7 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
                                placeholder="random")
     remembered.keep()
     return info, Choices(target, drafter, k, p_min, draft_top_k, temperature, int(top_k),
-                         None if seed is None else int(seed), int(max_tokens))
+                         None if seed is None else int(seed), int(max_tokens), think)
 
 
 def _restart_button(settings: Settings) -> None:
