@@ -6,9 +6,11 @@ The template has Qwen3's switch: with `enable_thinking` false the generation pro
 empty `<think>\\n\\n</think>\\n\\n`, otherwise with an opened `<think>\\n`, so the model itself writes
 the reasoning and, if it closes the tag, the answer. To make a short greedy answer do both, every
 prompt carries one example exchange in that form (a question, `<think>` reasoning `</think>`, the
-answer); the model follows it (`ask` in tests/test_thinking.py: both fields non-empty).
+answer); greedy, the model follows it ("What is 3 + 5?" in tests/test_thinking.py: the reasoning,
+`</think>`, then "3 + 5 = 8."). Longer or other questions may leave the tag open: all thinking.
 
-Use it on a server of its own (own_server.py), for example in a test module:
+Use it on a server of its own (own_server.py), for example with this fixture in a conftest.py or a
+test module:
 
     @pytest.fixture(scope="module")
     def thinker(tmp_path_factory) -> Iterator[tuple[str, str]]:
