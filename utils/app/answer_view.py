@@ -22,15 +22,7 @@ from utils.app.speed import speedup_text
 from utils.app.store import stats_summary
 from utils.engine.client import OllamaServer
 from utils.engine.decoder import build_decoder
-from utils.engine.events import (
-    DoneEvent,
-    Event,
-    FallbackEvent,
-    GenerationError,
-    RoundEvent,
-    TextEvent,
-    ThinkingEvent,
-)
+from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent, ThinkingEvent
 from utils.engine.request import GenerationRequest
 from utils.errors import SpecError
 

@@ -25,15 +25,7 @@ from utils.engine.client import OllamaServer, ServerError
 from utils.engine.config import EngineConfig
 from utils.engine.controller import DraftLengthController, controller_for
 from utils.engine.drafters import Draft, Drafter, DraftSetup, build_drafter
-from utils.engine.events import (
-    DoneEvent,
-    Event,
-    FallbackEvent,
-    GenerationError,
-    RoundEvent,
-    TextEvent,
-    ThinkingEvent,
-)
+from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent, ThinkingEvent
 from utils.engine.model_info import loaded_context, model_info
 from utils.engine.output import Output
 from utils.engine.planning import FORMAT_REASON, NO_GAIN_REASON, Plan, standard_reason, verification_gate

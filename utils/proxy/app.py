@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -59,32 +59,6 @@ async def recent(request: Request) -> Response:
     config = state_of(request).config
     return json_response({"upstream": config.upstream, "pairs": config.pairs,
                           "requests": list(state_of(request).metrics.recent)})
-
-
-@router.post("/api/generate")
-async def generate(request: Request) -> Response:
-    return await ollama_answer(request, chat=False)
-
-
-@router.post("/api/chat")
-async def chat(request: Request) -> Response:
-    return await ollama_answer(request, chat=True)
-
-
-@router.post("/v1/completions")
-async def completions(request: Request) -> Response:
-    return await openai_answer(request, chat=False)
-
-
-@router.post("/v1/chat/completions")
-async def chat_completions(request: Request) -> Response:
-    return await openai_answer(request, chat=True)
-
-
-@router.api_route("/{path:path}", methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
-async def passthrough(request: Request, path: str) -> Response:
-    code = re.sub(r"[^a-z0-9/]", "", request.url.path.lower())[:40] or "/"
-    return await passed_on(request, "", Forward("endpoint", f"{code} is not speculated"), None)
 
 
 async def ollama_answer(request: Request, chat: bool) -> Response:
@@ -155,6 +129,25 @@ async def _whole(request: Request, messages: AsyncIterator[dict[str, Any]]) -> t
 async def _closed(request: Request) -> None:
     while not await request.is_disconnected():
         await asyncio.sleep(0.05)
+
+
+async def passthrough(request: Request) -> Response:
+    code = re.sub(r"[^a-z0-9/]", "", request.url.path.lower())[:40] or "/"
+    return await passed_on(request, "", Forward("endpoint", f"{code} is not speculated"), None)
+
+
+def _answering(handler: Callable[[Request, bool], Awaitable[Response]], chat: bool):
+    async def endpoint(request: Request) -> Response:
+        return await handler(request, chat)
+    return endpoint
+
+
+# The answers the engine may speculate, then everything else (last: it matches every path).
+for _path, _handler, _chat in (("/api/generate", ollama_answer, False), ("/api/chat", ollama_answer, True),
+                               ("/v1/completions", openai_answer, False),
+                               ("/v1/chat/completions", openai_answer, True)):
+    router.add_api_route(_path, _answering(_handler, _chat), methods=["POST"])
+router.add_api_route("/{path:path}", passthrough, methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
 
 
 def create_proxy(config: ProxyConfig) -> FastAPI:
