@@ -14,12 +14,10 @@ import httpx
 import ollama
 import pytest
 
-from config import Settings
 from tests.support.models import DRAFT
+from tests.support.own_server import own_server
 from tests.support.proxy import running_proxy
 from tests.support.tap import Tap
-from utils.embedded.models import ModelStore
-from utils.embedded.server import EmbeddedServer
 
 GREEDY_MODEL = "fidelity-greedy"  # PARAMETER temperature 0, PARAMETER stop "def "
 SAMPLED_MODEL = "fidelity-sampled"  # PARAMETER temperature 0.7, top_k 20, top_p 0.8
@@ -30,23 +28,13 @@ REPEATING = [{"role": "user", "content": "Repeat this sentence exactly twice: Th
 
 @pytest.fixture(scope="module")
 def upstream(tmp_path_factory) -> Iterator[str]:
-    """An embedded server with its own data folder (the shared models are only read), holding two
-    models created FROM the bundled Qwen 0.5B file with parameters of their own."""
-    data = tmp_path_factory.mktemp("fidelity-data")
-    shared = ModelStore(Settings().models_dir)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("SPEC_DATA_DIR", str(data))
-        patch.setenv("SPEC_MODEL_SOURCES", str(shared.models_dir))
-        server = EmbeddedServer(log_path=data / "server.log")
-        server.start()
-    try:
-        client = ollama.Client(host=server.url)
-        gguf = str(shared.path(DRAFT))
-        client.create(model=GREEDY_MODEL, from_=gguf, parameters={"temperature": 0, "stop": ["def "]})
-        client.create(model=SAMPLED_MODEL, from_=gguf, parameters={"temperature": 0.7, "top_k": 20, "top_p": 0.8})
-        yield server.url
-    finally:
-        server.stop()
+    """An embedded server with its own data folder, holding two models created FROM the bundled
+    Qwen 0.5B with parameters of their own."""
+    with own_server(tmp_path_factory.mktemp("fidelity"), (DRAFT,)) as url:
+        client = ollama.Client(host=url)
+        client.create(model=GREEDY_MODEL, from_=DRAFT, parameters={"temperature": 0, "stop": ["def "]})
+        client.create(model=SAMPLED_MODEL, from_=DRAFT, parameters={"temperature": 0.7, "top_k": 20, "top_p": 0.8})
+        yield url
 
 
 @pytest.fixture(scope="module")
