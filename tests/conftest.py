@@ -33,8 +33,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def clear_process_caches() -> None:
     """Empties what the project keeps for the life of the process, in the modules already imported
-    (one not imported yet holds nothing): the engine's draft-length controllers and tokenizer
-    vocabularies, the settings read once, an embedded server `utils.hosts` started for a CLI call,
+    (one not imported yet holds nothing): the engine's draft-length controllers, tokenizer
+    vocabularies and verification gates (whether a server and model can verify drafts), the settings
+    read once, an embedded server `utils.hosts` started for a CLI call,
     and Streamlit's data caches (st.cache_data: tokenizer relations, the parallel check).
 
     Left alone: the session's embedded server (`server_url`) and what it loaded, and Streamlit's
@@ -44,6 +45,8 @@ def clear_process_caches() -> None:
         controller.clear_controllers()
     if tokenizers := sys.modules.get("utils.engine.tokenizers"):
         tokenizers.clear_vocabularies()
+    if planning := sys.modules.get("utils.engine.planning"):
+        planning.clear_gates()
     if config := sys.modules.get("config"):
         config.get_settings.cache_clear()
     if hosts := sys.modules.get("utils.hosts"):
