@@ -152,7 +152,9 @@ class SpeculativeDecoder:
             think = False  # speculated or standard, the prompt is rendered with thinking off, as asked
         try:
             prompt = "" if plan.thinking else await self.raw_prompt(request, think)
-            limit = None if plan.thinking else await loaded_context(self.target, self.target_model)
+            # The context the target is loaded with (the prompt's request loaded it), else its Modelfile's.
+            limit = None if plan.thinking else (await loaded_context(self.target, self.target_model)
+                                                or plan.info.parameters.get("num_ctx"))
         except ServerError as error:
             raise GenerationError.of(error, "") from None
         # An answer the controller keeps standard is still a speculative answer that drafted nothing.
@@ -343,6 +345,8 @@ class SpeculativeDecoder:
                 stats.prompt_tokens = step.prompt_tokens
             except ServerError:
                 pass  # the answer is complete; its statistics lack the prompt's size
+        if self.drafter is not None:  # what it may learn from for the next answers (suffix decoding)
+            self.drafter.finish(answer.prompt, answer.output.generated)
         stats.done_reason = answer.output.done_reason or "stop"
         stats.output_tokens = answer.output.tokens
         stats.finish(time.perf_counter() - answer.started)
