@@ -64,7 +64,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from utils.embedded.models import ModelError, ModelStore
+    from utils.embedded.store.models import ModelError, ModelStore
 
     store = ModelStore(get_settings().models_dir, get_settings().source_dirs)
     if args.action == "list":
@@ -92,8 +92,8 @@ def _register(store, args: argparse.Namespace) -> int:
     """`models add NAME FILE.gguf` and `models import-ollama [DIR]`: serve files where they are."""
     from pathlib import Path
 
-    from utils.embedded.library import DEFAULT_OLLAMA_DIR, LibraryError, import_ollama, register_file
-    from utils.embedded.parameters import ParameterError, from_text
+    from utils.embedded.store.library import DEFAULT_OLLAMA_DIR, LibraryError, import_ollama, register_file
+    from utils.embedded.store.parameters import ParameterError, from_text
 
     try:
         if args.action == "add":

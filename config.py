@@ -39,7 +39,7 @@ class Settings(BaseSettings):
     num_parallel: int = Field(default=4, ge=1, le=16,
                               validation_alias=AliasChoices("OLLAMA_NUM_PARALLEL", "SPEC_NUM_PARALLEL"))
 
-    # Models, named as in utils/embedded/models.json (Ollama library tags).
+    # Models, named as in utils/embedded/store/models.json (Ollama library tags).
     target_model: str = "qwen2.5-coder:1.5b"
     draft_model: str = "qwen2.5-coder:0.5b"
 

@@ -12,7 +12,7 @@ import pytest
 from config import Settings
 from tests.support.models import SMALL
 from utils.app.lifecycle import AppServer, ended
-from utils.embedded.models import ModelStore
+from utils.embedded.store.models import ModelStore
 from utils.hosts import HostError
 
 

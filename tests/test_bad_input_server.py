@@ -19,8 +19,8 @@ import pytest
 from config import Settings
 from tests.support.bad_input import HOSTILE_NAMES, still_serving
 from tests.support.models import SMALL
-from utils.embedded.models import ModelError, ModelStore
 from utils.embedded.server import EmbeddedServer
+from utils.embedded.store.models import ModelError, ModelStore
 
 ROOT = Path(__file__).resolve().parents[1]
 

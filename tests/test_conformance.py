@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from config import Settings
-from utils.embedded.models import ModelStore
 from utils.embedded.server import EmbeddedServer
+from utils.embedded.store.models import ModelStore
 
 DATA = json.loads((Path(__file__).parent / "conformance" / "ollama_api.json").read_text())
 SHARED = ModelStore(Settings().models_dir)

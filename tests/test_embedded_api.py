@@ -21,7 +21,7 @@ import pytest
 from config import get_settings
 from tests.support.embedded_api import COUNTING, DEFAULT_NUM_CTX, GREEDY, collect, greedy, http, restore_default_context
 from tests.support.models import SMALL, TARGET
-from utils.embedded.models import ModelStore
+from utils.embedded.store.models import ModelStore
 
 # -- model listing ---------------------------------------------------------------------------------
 

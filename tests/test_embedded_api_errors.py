@@ -120,7 +120,7 @@ async def test_malformed_json_is_400_with_an_error_field(server_url):
 def test_tokens_after_a_stop_string_are_dropped():
     """The worker thread may emit tokens before it sees the cancellation a stop string sets; they are
     past the stop and must not reach the answer. Here they all arrive at once, as on a busy server."""
-    from utils.embedded.text import TextAssembler
+    from utils.embedded.http.text import TextAssembler
 
     assembler = TextAssembler(["."])
     pieces = [assembler.feed(piece) for piece in (b"one", b".", b" two", b" three")]

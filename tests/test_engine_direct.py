@@ -13,7 +13,7 @@ import pytest
 from llama_cpp import Llama, llama_cpp
 
 from config import get_settings
-from utils.embedded.models import ModelStore
+from utils.embedded.store.models import ModelStore
 
 MODEL = "smollm2:135m"
 NUM_PREDICT = 32
@@ -90,7 +90,7 @@ async def test_server_greedy_answer_does_not_depend_on_the_previous_prompt(clien
 
 def batched_against_single(fast_batches: bool) -> float:
     """Largest logit difference between rows evaluated in one batch and the same rows one at a time."""
-    from utils.embedded.engine import ModelRunner
+    from utils.embedded.runtime.runner import ModelRunner
 
     path = ModelStore(get_settings().models_dir).path("qwen2.5-coder:0.5b")
     runner = ModelRunner("qwen2.5-coder:0.5b", path, 1024, threads=2, fast_batches=fast_batches)
@@ -120,7 +120,7 @@ def run_jobs(runner, prompts: list[bytes], num_predict: int, together: bool) -> 
     for them: (tokens made, completion) of each."""
     import threading
 
-    from utils.embedded.jobs import ARRIVALS, Job
+    from utils.embedded.runtime.jobs import ARRIVALS, Job
     from utils.sampling import SamplingOptions
 
     results = []
@@ -152,7 +152,7 @@ def run_jobs(runner, prompts: list[bytes], num_predict: int, together: bool) -> 
 def test_a_validator_burst_is_one_llama_decode(k):
     """K+1 nested one-token prompts (context, context+d1, ...) are answered from ONE llama_decode,
     each exactly as it is answered alone."""
-    from utils.embedded.engine import ModelRunner
+    from utils.embedded.runtime.runner import ModelRunner
 
     runner = ModelRunner(MODEL, ModelStore(get_settings().models_dir).path(MODEL), 1024, threads=2)
     try:
@@ -178,7 +178,7 @@ def test_answers_in_progress_advance_together_each_as_it_would_alone():
     """Concurrent answers share the worker: each has its own KV-cache sequence, and their next tokens
     are evaluated in one llama_decode. Each greedy answer is still exactly the one it gets alone,
     and the worker needed fewer decodes than running them one after another."""
-    from utils.embedded.engine import ModelRunner
+    from utils.embedded.runtime.runner import ModelRunner
 
     runner = ModelRunner(MODEL, ModelStore(get_settings().models_dir).path(MODEL), 1024, threads=2, parallel=3)
     try:
@@ -198,8 +198,8 @@ def test_answers_in_progress_advance_together_each_as_it_would_alone():
 
 def test_a_failure_between_tokens_ends_the_answers_with_an_error_and_the_worker_goes_on():
     """A llama.cpp failure while answers are in progress is each answer's error, not the worker's end."""
-    from utils.embedded.engine import ModelRunner
-    from utils.embedded.jobs import EngineError
+    from utils.embedded.runtime.jobs import RunnerError
+    from utils.embedded.runtime.runner import ModelRunner
 
     runner = ModelRunner(MODEL, ModelStore(get_settings().models_dir).path(MODEL), 1024, threads=2)
     try:
@@ -211,9 +211,9 @@ def test_a_failure_between_tokens_ends_the_answers_with_an_error_and_the_worker_
 
         runner._decode_across = fail_once
         [(made, failed)] = run_jobs(runner, [PROMPTS[1].encode()], NUM_PREDICT, together=False)
-        assert isinstance(failed, EngineError) and failed.status == 500 and "decode failed" in str(failed)
+        assert isinstance(failed, RunnerError) and failed.status == 500 and "decode failed" in str(failed)
         assert len(made) == 1  # the first token came from the prompt's own evaluation
         [(made, done)] = run_jobs(runner, [PROMPTS[1].encode()], NUM_PREDICT, together=False)
-        assert not isinstance(done, EngineError) and len(made) == NUM_PREDICT
+        assert not isinstance(done, RunnerError) and len(made) == NUM_PREDICT
     finally:
         runner.close()

@@ -20,8 +20,8 @@ import ollama
 import pytest
 
 from config import Settings
-from utils.embedded.models import ModelStore
 from utils.embedded.server import EmbeddedServer
+from utils.embedded.store.models import ModelStore
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = "smollm2:135m"

@@ -19,7 +19,7 @@ import pytest
 from config import Settings
 from tests.support.models import DRAFT, ROOT
 from tests.support.own_server import own_server
-from utils.embedded.models import ModelStore
+from utils.embedded.store.models import ModelStore
 
 GREEDY = "q05-greedy"
 ASK = [{"role": "user", "content": "Write a Python function that adds two numbers."}]

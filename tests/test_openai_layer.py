@@ -11,7 +11,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from utils.embedded.models import ModelStore
+from utils.embedded.store.models import ModelStore
 
 SMALL = "smollm2:135m"
 QUESTION = [{"role": "user", "content": "Name three colours."}]

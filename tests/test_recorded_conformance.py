@@ -43,7 +43,7 @@ CASES = [
     "21-chat-context-full-truncate-false", "14-ps",  # last: after the generations have loaded models
 ]
 # Ollama's details.family and families are the GGUF's architecture (qwen2, llama); the embedded
-# server's are the catalogue's names (utils/embedded/api.py _model_entry and /api/show).
+# server's are the catalogue's names (utils/embedded/http/api.py _model_entry and /api/show).
 FAMILIES = {where: [f"{where}.details.families: expected ['llama'], got ['smollm2']",
                     f"{where}.details.families: expected ['qwen2'], got ['qwen2.5-coder']",
                     f"{where}.details.family: expected 'llama', got 'smollm'",
@@ -62,7 +62,7 @@ DEVIATIONS: dict[str, list[str]] = {
                    ".burst_endpoint: expected nothing, got bool", ".embedded: expected nothing, got bool",
                    ".exact_logprobs: expected nothing, got bool"],
     # Ollama 0.32.15 lists each model's capabilities and, in its details, the context and embedding
-    # lengths; the embedded server's list (utils/embedded/api.py _model_entry) has neither.
+    # lengths; the embedded server's list (utils/embedded/http/api.py _model_entry) has neither.
     "02-tags": [".models[].capabilities: expected list, got nothing",
                 ".models[].details.context_length: expected int, got nothing",
                 ".models[].details.embedding_length: expected int, got nothing", *FAMILIES[".models[]"]],
@@ -74,7 +74,7 @@ DEVIATIONS: dict[str, list[str]] = {
        for name in ("03-show-qwen2_5-coder_0_5b", "03-show-qwen2_5-coder_1_5b")},
     "03-show-smollm2_135m": [*SHOW_DEVIATIONS, *(line for line in FAMILIES[""] if "qwen" not in line)],
     # Ollama answers `_debug_render_only` with an empty message or response and `done: false`
-    # (utils/embedded/api.py _rendered sends only model, created_at and _debug_info).
+    # (utils/embedded/http/api.py _rendered sends only model, created_at and _debug_info).
     "09-chat-debug-render-only": [".done: expected bool, got nothing", ".message: expected dict, got nothing"],
     "10-generate-debug-render-only": [".done: expected bool, got nothing", ".response: expected str, got nothing"],
     # /v1/chat/completions with logprobs: true, top_logprobs: 3: Ollama gives each choice its logprobs
@@ -83,7 +83,7 @@ DEVIATIONS: dict[str, list[str]] = {
     # The embedded server's /api/ps entries have `modified_at`, Ollama's do not.
     "14-ps": [".models[].modified_at: expected nothing, got str", *QWEN_FAMILY[".models[]"]],
     # Ollama 0.32.15 passes llama-server's own JSON on as the text of `error`; the embedded server
-    # (utils/embedded/engine.py) words it as Ollama's Go engine did. The engine's client reads both
+    # (utils/embedded/runtime/runner.py) words it as Ollama's Go engine did. The engine's client reads both
     # as ContextFull (test_context_full_is_contextfull_for_the_engine below).
     "21-chat-context-full-truncate-false": [
         ".error: expected llama-server's JSON (exceed_context_size_error), got text"],

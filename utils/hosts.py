@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 
 from config import Settings
-from utils.embedded.models import ModelStore
 from utils.embedded.server import EmbeddedServer
+from utils.embedded.store.models import ModelStore
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer
 from utils.engine.decoder import build_decoder

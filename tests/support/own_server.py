@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from config import Settings
-from utils.embedded.models import ModelStore
 from utils.embedded.server import EmbeddedServer
+from utils.embedded.store.models import ModelStore
 
 
 @contextmanager

@@ -27,7 +27,7 @@ import httpx
 
 from config import Settings
 from tests.support.models import DRAFT
-from utils.embedded.models import ModelStore
+from utils.embedded.store.models import ModelStore
 
 STAND_IN = "stand-in-thinker:latest"
 

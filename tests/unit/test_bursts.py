@@ -1,4 +1,4 @@
-"""How the embedded server's worker gathers a validator burst (utils/embedded/bursts.py), without a model."""
+"""How the embedded server's worker gathers a validator burst (utils/embedded/runtime/bursts.py), without a model."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import queue
 import pytest
 
 from utils import burst
-from utils.embedded import bursts
-from utils.embedded.jobs import Job
+from utils.embedded.runtime import bursts
+from utils.embedded.runtime.jobs import Job
 from utils.sampling import SamplingOptions
 
 

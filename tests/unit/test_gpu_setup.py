@@ -15,8 +15,8 @@ def test_server_loads_llama_cpp_before_numpy():
     """On a CUDA machine image, numpy's libraries loaded before llama.cpp's made model loads crash."""
     code = (
         "import sys, cli\n"
-        "from utils.embedded.server import load_engine\n"
-        "load_engine()\n"
+        "from utils.embedded.server import load_app\n"
+        "load_app()\n"
         "names = list(sys.modules)\n"
         "print(names.index('llama_cpp.llama_cpp') < names.index('numpy'))\n"
     )

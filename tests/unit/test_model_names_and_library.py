@@ -12,11 +12,11 @@ import pytest
 
 from utils.api.cors import origins_pattern
 from utils.api.http import ApiError
-from utils.embedded.library import LibraryError, copy_model, delete_model, find_blob, import_ollama, register_file
-from utils.embedded.management import read_modelfile
-from utils.embedded.models import ModelError, ModelStore
-from utils.embedded.names import canonical, not_found
-from utils.embedded.residency import FOREVER, keep_alive_seconds, parse_duration
+from utils.embedded.http.management import read_modelfile
+from utils.embedded.runtime.residency import FOREVER, keep_alive_seconds, parse_duration
+from utils.embedded.store.library import LibraryError, copy_model, delete_model, find_blob, import_ollama, register_file
+from utils.embedded.store.models import ModelError, ModelStore
+from utils.embedded.store.names import canonical, not_found
 
 
 @pytest.mark.parametrize("name, expected", [

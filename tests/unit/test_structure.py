@@ -1,7 +1,8 @@
 """The layers as the README draws them, read from the source with `ast`: the engine imports nothing of
 the app, the server, the benchmarks or the top-level settings; the embedded server nothing of the
-engine; no test module imports another test module or a conftest (shared helpers live in
-tests/support/, fixtures in conftest.py files); and no module, tests included, grows past 400 lines."""
+engine, and each of its parts (store, runtime, http) nothing of the parts above it; no test module
+imports another test module or a conftest (shared helpers live in tests/support/, fixtures in
+conftest.py files); and no module, tests included, grows past 400 lines."""
 
 from __future__ import annotations
 
@@ -83,6 +84,35 @@ def test_the_embedded_server_imports_nothing_of_the_engine() -> None:
            for path in modules("utils/embedded")}
     assert not {path: names for path, names in bad.items() if names}
     assert bad  # the folder was found and read
+
+
+# The embedded server's parts (utils/embedded/__init__.py), each importing only the parts before it;
+# server.py, which starts the server, stands above them all.
+EMBEDDED_PARTS = ["utils.embedded.store", "utils.embedded.runtime", "utils.embedded.http"]
+
+
+@pytest.mark.parametrize("index", range(len(EMBEDDED_PARTS)), ids=EMBEDDED_PARTS)
+def test_each_part_of_the_embedded_server_imports_only_the_parts_before_it(index: int) -> None:
+    later = [*EMBEDDED_PARTS[index + 1:], "utils.embedded.server"]
+    paths = modules(EMBEDDED_PARTS[index].replace(".", "/"))
+    bad = {str(path.relative_to(ROOT)): sorted(n for n in imports(path) for part in later if within(n, part))
+           for path in paths}
+    assert not {path: names for path, names in bad.items() if names}
+    assert len(paths) > 3  # the folder was found and read
+
+
+def test_the_embedded_server_is_its_parts_and_its_launcher() -> None:
+    """No module lies beside the parts, and no folder beside them is left out of the layer check."""
+    folder = ROOT / "utils" / "embedded"
+    assert sorted(path.name for path in folder.glob("*.py")) == ["__init__.py", "server.py"]
+    folders = sorted(path.name for path in folder.iterdir() if path.is_dir() and path.name != "__pycache__")
+    assert folders == sorted(part.rpartition(".")[2] for part in EMBEDDED_PARTS)
+
+
+def test_the_runner_is_the_first_of_the_runtime_to_load_llama_cpp() -> None:
+    """runtime/runner.py loads llama.cpp's libraries before numpy's; the packages above it import nothing."""
+    for package in ("utils/embedded/__init__.py", "utils/embedded/runtime/__init__.py"):
+        assert not imports(ROOT / package), package
 
 
 def is_test_module(name: str) -> bool:

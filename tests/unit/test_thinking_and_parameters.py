@@ -7,8 +7,8 @@ import pytest
 
 from utils.api.http import ApiError
 from utils.api.schemas import Options
-from utils.embedded.parameters import ParameterError, checked, from_text, modelfile_lines, show_text
-from utils.embedded.thinking import ThinkingParser, splitter, think_mode
+from utils.embedded.http.thinking import ThinkingParser, splitter, think_mode
+from utils.embedded.store.parameters import ParameterError, checked, from_text, modelfile_lines, show_text
 
 QWEN3 = "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>{% endif %}"
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from config import Settings
-from utils.embedded.models import ModelStore
 from utils.embedded.server import EmbeddedServer
+from utils.embedded.store.models import ModelStore
 from utils.hosts import HostError, target_host
 
 START_TIMEOUT = 60.0  # seconds for the embedded server to answer after a (re)start

@@ -34,7 +34,7 @@ def server_models(settings: Settings, url: str) -> list[dict[str, Any]]:
 
 
 def bundled_models(settings: Settings) -> list[dict[str, Any]]:
-    from utils.embedded.models import ModelStore
+    from utils.embedded.store.models import ModelStore
 
     models = ModelStore(settings.models_dir)
     return [
@@ -46,7 +46,7 @@ def bundled_models(settings: Settings) -> list[dict[str, Any]]:
 
 def install_models(settings: Settings, names: list[str]) -> None:
     """Install bundled models, showing each step and the share of parts downloaded."""
-    from utils.embedded.models import ModelError, ModelStore
+    from utils.embedded.store.models import ModelError, ModelStore
 
     models = ModelStore(settings.models_dir)
     bar = st.progress(0.0, text="Starting…")

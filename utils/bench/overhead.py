@@ -130,7 +130,7 @@ class Bench:
 
     async def burst(self, prompts: list[str], one_request: bool) -> Sample:
         """A validator burst as the engine sends it: in one request to a server with the burst
-        endpoint (utils/embedded/burst_api.py), else one request per prompt, announced."""
+        endpoint (utils/embedded/http/burst_api.py), else one request per prompt, announced."""
         started = time.perf_counter()
         if one_request:
             bodies = [self._body(self.target, prompt, 1, False, 0) for prompt in prompts]

@@ -34,8 +34,8 @@ import httpx
 from config import Settings
 from utils.bench.native import ANCHOR, NativeError, NativeServer, server_binary, speculation_args
 from utils.bench.report import NATIVE, PROJECT, engine_of, summarize, write_report
-from utils.embedded.api import DEFAULT_NUM_CTX
-from utils.embedded.models import ModelStore, normalize_name
+from utils.embedded.runtime.loaded import DEFAULT_NUM_CTX
+from utils.embedded.store.models import ModelStore, normalize_name
 from utils.engine.answer import collect
 from utils.engine.client import OllamaServer
 from utils.engine.decoder import build_decoder

@@ -11,17 +11,17 @@ import time
 from pathlib import Path
 
 from config import Settings
-from utils.embedded.models import ModelStore
+from utils.embedded.store.models import ModelStore
 from utils.processes import free_port, stop_process, wait_until_healthy
 
 CLI = Path(__file__).resolve().parents[2] / "cli.py"
 
 
-def load_engine():  # noqa: ANN201 - returns create_app, imported here so that the launcher stays light
-    """The server's app factory, loaded with llama.cpp's libraries before numpy's (see engine.py)."""
-    import utils.embedded.engine  # noqa: F401, I001 - first
+def load_app():  # noqa: ANN201 - returns create_app, imported here so that the launcher stays light
+    """The server's app factory, loaded with llama.cpp's libraries before numpy's (see runtime/runner.py)."""
+    import utils.embedded.runtime.runner  # noqa: F401, I001 - first
 
-    from utils.embedded.api import create_app
+    from utils.embedded.http.api import create_app
 
     return create_app
 
@@ -29,7 +29,7 @@ def load_engine():  # noqa: ANN201 - returns create_app, imported here so that t
 def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
     import uvicorn
 
-    create_app = load_engine()
+    create_app = load_app()
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(
             f"warning: listening on {host}: anyone who can reach this address can run the models "

@@ -316,7 +316,7 @@ class OllamaServer:
                           top_logprobs: int = 0) -> list[Step]:
         """`next_token` for each prompt, all at once: one validator burst.
 
-        A server that says it has the burst endpoint (the embedded one, utils/embedded/burst_api.py)
+        A server that says it has the burst endpoint (the embedded one, utils/embedded/http/burst_api.py)
         gets them in one HTTP request; any other Ollama gets one request each, concurrently, each
         announcing the burst (utils/burst.py)."""
         if len(prompts) > 1 and (await self.about()).get("burst_endpoint"):

@@ -18,19 +18,19 @@ from starlette.responses import Response
 from utils import burst
 from utils.api.http import ApiError, LastLine, json_response, ndjson_line, ndjson_response, now
 from utils.api.schemas import Common
-from utils.embedded.engine import ModelRunner
-from utils.embedded.grammar import constraint_for
-from utils.embedded.jobs import ARRIVALS, Completion, EngineError, Job, TokenInfo
-from utils.embedded.text import TextAssembler
-from utils.embedded.thinking import ThinkingParser
-from utils.embedded.tools import ToolCallParser, tool_names
+from utils.embedded.http.text import TextAssembler
+from utils.embedded.http.thinking import ThinkingParser
+from utils.embedded.http.tools import ToolCallParser, tool_names
+from utils.embedded.runtime.grammar import constraint_for
+from utils.embedded.runtime.jobs import ARRIVALS, Completion, Job, RunnerError, TokenInfo
+from utils.embedded.runtime.runner import ModelRunner
 
 _ARRIVAL = "embedded.arrival"
 GENERATION_PATHS = ("/api/generate", "/api/chat")
 
 
 class CountArrivals:
-    """ASGI middleware: a generation request counts as arriving (engine.ARRIVALS) from its first byte
+    """ASGI middleware: a generation request counts as arriving (jobs.ARRIVALS) from its first byte
     until its job is submitted or it ends, so a worker holding part of a validator burst knows that
     more of it is still being read."""
 
@@ -192,7 +192,7 @@ async def collect(request: Request, runner: ModelRunner, body: Common, job: Job,
     """Run `job` to its end; the non-streamed answer's JSON body."""
     shape = shape or Shape(None, 0)
     loop = asyncio.get_running_loop()
-    finished: asyncio.Future[Completion | EngineError] = loop.create_future()
+    finished: asyncio.Future[Completion | RunnerError] = loop.create_future()
     parts: list[str] = []
     logprobs: list[dict[str, Any]] = []
 
@@ -203,7 +203,7 @@ async def collect(request: Request, runner: ModelRunner, body: Common, job: Job,
         if assembler.stopped:
             job.cancelled.set()
 
-    def resolve(event: Completion | EngineError) -> None:
+    def resolve(event: Completion | RunnerError) -> None:
         if not finished.done():
             finished.set_result(event)
 
@@ -216,7 +216,7 @@ async def collect(request: Request, runner: ModelRunner, body: Common, job: Job,
     finally:
         watcher.cancel()
         job.cancelled.set()  # a client that went away stops the generation
-    if isinstance(event, EngineError):
+    if isinstance(event, RunnerError):
         raise ApiError(str(event), event.status)
     parts.append(assembler.flush())
     reason = "stop" if assembler.stopped else event.done_reason
@@ -232,7 +232,7 @@ async def collect(request: Request, runner: ModelRunner, body: Common, job: Job,
 async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,
                     load: float, chat: bool, shape: Shape) -> Response:
     loop = asyncio.get_running_loop()
-    events: asyncio.Queue[TokenInfo | Completion | EngineError] = asyncio.Queue()
+    events: asyncio.Queue[TokenInfo | Completion | RunnerError] = asyncio.Queue()
     put = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)  # noqa: E731
     job.on_token = job.on_done = put
 
@@ -256,7 +256,7 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
                     waiting.append(events.get_nowait())
                 out: list[bytes] = []
                 for event in waiting:
-                    if isinstance(event, EngineError):
+                    if isinstance(event, RunnerError):
                         if out:
                             yield b"".join(out)
                         raise ApiError(str(event), event.status)

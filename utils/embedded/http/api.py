@@ -3,14 +3,12 @@
 Shapes, defaults, status codes and error messages follow Ollama (see the README's API notes); the
 Ollama front shared with other servers (request bodies, errors, body limit, JSON and NDJSON encoding)
 is utils/api. The server knows nothing about speculation; it only makes nested validator requests
-cheap (engine.py) and keeps the request path lean (answer.py).
+cheap (utils/embedded/runtime/runner.py) and keeps the request path lean (answer.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import re
-import time
 from datetime import datetime
 from typing import Any
 
@@ -24,144 +22,23 @@ from utils.api.direct import DirectRoutes
 from utils.api.http import ApiError, BodyLimit, JSONResponse, install_error_handlers, json_response, now
 from utils.api.openai_routes import install_openai
 from utils.api.schemas import ChatBody, GenerateBody, ShowBody
-from utils.embedded import burst_api, embeddings, management
-from utils.embedded.answer import CountArrivals, answer, final_response
-from utils.embedded.capabilities import (
+from utils.embedded.http import burst_api, embeddings, management
+from utils.embedded.http.answer import CountArrivals, answer, final_response
+from utils.embedded.http.capabilities import (
     capabilities,
     fill_in_middle,
     refuse_template_and_context,
     refuse_unsupported,
 )
-from utils.embedded.context import count_tokens, fit_messages
-from utils.embedded.embeddings import Embedder
-from utils.embedded.engine import ModelRunner
-from utils.embedded.models import ModelError, ModelStore
-from utils.embedded.names import not_found
-from utils.embedded.parameters import modelfile_lines, show_text
-from utils.embedded.residency import Residency, keep_alive_seconds
-from utils.embedded.thinking import refuse_format, splitter, think_mode
-from utils.embedded.tools import chat_tools, tojson
+from utils.embedded.http.thinking import refuse_format, splitter, think_mode
+from utils.embedded.http.tools import chat_tools, tojson
+from utils.embedded.runtime.context import count_tokens, fit_messages
+from utils.embedded.runtime.loaded import LoadedModels
+from utils.embedded.runtime.runner import ModelRunner
+from utils.embedded.store.models import ModelStore
+from utils.embedded.store.parameters import modelfile_lines, show_text
 
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
-DEFAULT_NUM_CTX = 4096
-
-
-class Models:
-    """Loaded runners by name; a request with another num_ctx reloads the model, as Ollama does.
-    Embedding contexts (embeddings.py) load beside them; `residency` unloads both per keep_alive."""
-
-    def __init__(self, store: ModelStore, threads: int, batch: bool, fast_batches: bool, gpu_layers: int,
-                 parallel: int):
-        self.store, self.threads, self.batch, self.fast_batches = store, threads, batch, fast_batches
-        self.gpu_layers, self.parallel = gpu_layers, parallel
-        self.runners: dict[str, ModelRunner] = {}
-        self.embedders: dict[str, Embedder] = {}
-        self.lock = asyncio.Lock()
-        self.residency = Residency(self.unload, self.busy)
-
-    def resolve(self, name: str) -> str:
-        """The canonical name of an installed model (names.py), or Ollama's 404 naming the installed tags."""
-        try:
-            spec = self.store.spec(name)
-        except ModelError:
-            raise ApiError(not_found(name, self.store.installed_names()), 404) from None
-        if not self.store.path(spec.name).exists():
-            if spec.registered:
-                raise ApiError(f"model '{spec.name}' not found: its file {spec.file} is missing", 404)
-            raise ApiError(
-                f"model '{spec.name}' not found; install it with: python cli.py models install {spec.name}",
-                404,
-            )
-        return spec.name
-
-    async def get(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> tuple[ModelRunner, float]:
-        """The loaded runner, with its Modelfile parameters in `runner.parameters`."""
-        runner = self.runners.get(name)
-        if runner is not None and runner.num_ctx == (num_ctx or _num_ctx(runner.parameters)) \
-                and not self.lock.locked():
-            self.residency.touch(name, keep_alive)
-            return runner, 0.0  # the common case: loaded under this very name, nothing to check
-        name = self.resolve(name)
-        self.residency.touch(name, keep_alive)  # an invalid keep_alive is a 400 before anything loads
-        parameters = self.store.spec(name).parameters
-        wanted = num_ctx or _num_ctx(parameters)
-
-        def make(path: Any) -> ModelRunner:
-            loaded = ModelRunner(name, path, wanted, self.threads, self.batch, self.fast_batches, self.gpu_layers,
-                                 self.parallel)
-            loaded.parameters = parameters
-            return loaded
-
-        return await self._load(name, wanted, keep_alive, self.runners, "", make)
-
-    async def embedder(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> tuple[Embedder, float]:
-        """The model's embedding context (embeddings.py), loaded on first use like a runner."""
-        name = self.resolve(name)
-        wanted = num_ctx or _num_ctx(self.store.spec(name).parameters)
-        self.residency.touch(name, keep_alive)
-        return await self._load(name, wanted, keep_alive, self.embedders, " for embeddings",
-                                lambda path: Embedder(name, path, wanted, self.threads))
-
-    async def _load(self, name: str, wanted: int, keep_alive: Any, loaded: dict[str, Any], purpose: str,
-                    make: Any) -> tuple[Any, float]:
-        """`loaded[name]` with context `wanted`, (re)loaded by `make(path)` if needed; the load's time."""
-        async with self.lock:
-            current = loaded.get(name)
-            if current and current.num_ctx == wanted:
-                return current, 0.0
-            started = time.perf_counter()
-            if current:
-                await asyncio.to_thread(current.close)
-            await self._verify(name, loaded)
-            try:
-                current = await asyncio.to_thread(make, self.store.path(name))
-            except Exception as error:  # noqa: BLE001 - a corrupt file must be a message, not a crash
-                loaded.pop(name, None)
-                raise ApiError(f"model '{name}' failed to load{purpose}: {error}", 500) from None
-            loaded[name] = current
-            self.residency.touch(name, keep_alive)  # its time counts from the end of loading
-            return current, time.perf_counter() - started
-
-    async def _verify(self, name: str, loaded: dict[str, Any]) -> None:
-        try:  # a truncated or damaged file is refused before llama.cpp reads it
-            await asyncio.to_thread(self.store.verify, name)
-        except ModelError as error:
-            loaded.pop(name, None)
-            raise ApiError(str(error), 500) from None
-
-    def busy(self, name: str) -> bool:
-        runner, embedder = self.runners.get(name), self.embedders.get(name)
-        return bool((runner and runner.answering)
-                    or (embedder and embedder.lock.locked()))
-
-    async def unload(self, name: str, when_due: bool = True) -> None:
-        """Free the model's runner and embedding context; from the reaper only once its keep_alive is over."""
-        async with self.lock:
-            if when_due and not self.residency.due(name):
-                return  # used again while the reaper waited for the lock
-            self.residency.forget(name)
-            for loaded in (self.runners.pop(name, None), self.embedders.pop(name, None)):
-                if loaded is not None:
-                    await asyncio.to_thread(loaded.close)
-
-    async def unload_now(self, name: str, keep_alive: Any) -> bool:
-        """Ollama's unload request (no prompt, keep_alive 0): free the model now; False if not asked."""
-        if keep_alive is None or keep_alive_seconds(keep_alive, self.residency.default) != 0:
-            return False
-        await self.unload(self.resolve(name), when_due=False)
-        return True
-
-    async def close(self) -> None:
-        await self.residency.stop()
-        for loaded in [*self.runners.values(), *self.embedders.values()]:
-            await asyncio.to_thread(loaded.close)
-        self.runners.clear()
-        self.embedders.clear()
-
-
-def _num_ctx(parameters: dict[str, Any]) -> int:
-    """As in Ollama: a request without num_ctx gets its model's Modelfile num_ctx, else the default."""
-    return int(parameters.get("num_ctx") or DEFAULT_NUM_CTX)
 
 
 # -- templates ----------------------------------------------------------------------------------
@@ -203,7 +80,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
     app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION,
                   default_response_class=JSONResponse)
     install_error_handlers(app)
-    models = Models(store, threads, batch, fast_batches, gpu_layers, parallel)
+    models = LoadedModels(store, threads, batch, fast_batches, gpu_layers, parallel)
     app.state.models = models
     embeddings.register(app, models)
     management.register(app, models)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from fastapi import FastAPI, Request
 from pydantic import BaseModel, Field
@@ -21,8 +20,9 @@ from starlette.responses import Response
 from utils.api.http import ApiError, json_response
 from utils.api.schemas import GenerateBody
 from utils.burst import new_id
-from utils.embedded.answer import collect, job_for
-from utils.embedded.text import TextAssembler
+from utils.embedded.http.answer import collect, job_for
+from utils.embedded.http.text import TextAssembler
+from utils.embedded.runtime.loaded import LoadedModels
 
 PATH = "/speculative/burst"
 MAX_REQUESTS = 64
@@ -32,7 +32,7 @@ class BurstBody(BaseModel):
     requests: list[GenerateBody] = Field(min_length=1, max_length=MAX_REQUESTS)
 
 
-def register(app: FastAPI, models: Any) -> Callable[[BurstBody, Request], Awaitable[Response]]:
+def register(app: FastAPI, models: LoadedModels) -> Callable[[BurstBody, Request], Awaitable[Response]]:
     """Route the burst endpoint; its handler, for the direct path (utils/api/direct.py)."""
 
     @app.post(PATH)
@@ -57,7 +57,7 @@ def register(app: FastAPI, models: Any) -> Callable[[BurstBody, Request], Awaita
         for each in body.requests:
             each.options = each.options.under(runner.parameters)
             job = job_for(each, each.prompt)
-            job.burst = announced  # evaluated together (bursts.py), submitted in this order
+            job.burst = announced  # evaluated together (runtime/bursts.py), submitted in this order
             jobs.append(job)
         answers = await asyncio.gather(*(
             collect(request, runner, each, job, TextAssembler(each.options.stops()), load, chat=False)

@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from utils.api.http import ApiError
-from utils.embedded.engine import ModelRunner
-from utils.embedded.thinking import thinks
-from utils.embedded.tools import offers_tools
+from utils.embedded.http.thinking import thinks
+from utils.embedded.http.tools import offers_tools
+from utils.embedded.runtime.runner import ModelRunner
 
 NO_VISION = "this model is missing data required for image input"  # Ollama's ErrNoVisionModel
 

@@ -17,9 +17,10 @@ from starlette.responses import Response
 
 from utils.api.http import ApiError, json_response, ndjson_line, ndjson_response
 from utils.api.schemas import Options
-from utils.embedded import names, parameters
-from utils.embedded.library import LibraryError, copy_model, delete_model, find_blob, register_file
-from utils.embedded.models import ModelError
+from utils.embedded.runtime.loaded import LoadedModels
+from utils.embedded.store import names, parameters
+from utils.embedded.store.library import LibraryError, copy_model, delete_model, find_blob, register_file
+from utils.embedded.store.models import ModelError
 
 PROGRESS_STEP = 1 << 23  # report pull progress every 8 MB
 CREATE_UNSUPPORTED = ("quantize", "system", "template", "adapters", "messages", "license", "renderer", "parser")
@@ -70,8 +71,8 @@ def _statuses(lines: list[dict[str, Any]], stream: bool) -> Response:
     return ndjson_response(out())
 
 
-def register(app: FastAPI, models: Any) -> None:
-    """The routes; `models` is the server's Models (its store, and unload for a deleted model)."""
+def register(app: FastAPI, models: LoadedModels) -> None:
+    """The routes; `models` is the server's LoadedModels (its store, and unload for a deleted model)."""
     store = models.store
     pulls: dict[str, asyncio.Lock] = {}
 
@@ -167,8 +168,9 @@ def register(app: FastAPI, models: Any) -> None:
             raise ApiError(f"the embedded server creates a model from one GGUF file only; {', '.join(unsupported)} "
                            "cannot be applied (the GGUF's own chat template and defaults are used)", 501)
         source, digest, wanted = _create_source(body, extra)
-        if names.canonical(name) in models.runners or names.canonical(name) in models.embedders:
-            await models.unload(names.canonical(name), when_due=False)
+        canonical = names.canonical(name)
+        if canonical is not None and (canonical in models.runners or canonical in models.embedders):
+            await models.unload(canonical, when_due=False)
         try:
             if digest is not None:
                 blob = find_blob(store, digest)

@@ -17,10 +17,13 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from utils.api.http import ApiError
 from utils.api.schemas import ChatBody
+
+if TYPE_CHECKING:  # not at run time: the parser is used without llama.cpp too
+    from utils.embedded.runtime.runner import ModelRunner
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 FENCE = "```"
@@ -32,7 +35,7 @@ def offers_tools(template: str | None) -> bool:
     return bool(template) and "tools" in template
 
 
-def chat_tools(runner: Any, body: ChatBody) -> list[dict[str, Any]] | None:
+def chat_tools(runner: ModelRunner, body: ChatBody) -> list[dict[str, Any]] | None:
     """The request's tools for the template, or Ollama's refusal for a model whose template has none."""
     if not body.tools:
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import time
 
-from utils.embedded.jobs import ARRIVALS, Job
+from utils.embedded.runtime.jobs import ARRIVALS, Job
 
 BURST_GAP_SECONDS = 0.001
 BURST_MAX_SECONDS = 0.040

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import ctypes
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from utils.api.http import ApiError
 from utils.sampling import SamplingOptions, sample
+
+if TYPE_CHECKING:
+    from utils.embedded.runtime.runner import ModelRunner
 
 # The layout of llama.cpp's llama_token_data: id, logit, p.
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
@@ -38,8 +41,8 @@ def grammar_for(format: Any) -> str | None:
         raise ApiError(f"invalid JSON schema in format: {error}", 400) from None
 
 
-def constraint_for(runner: Any, format: Any) -> GrammarConstraint | None:
-    """The constraint for a request's `format` on a loaded model (a ModelRunner), None for none."""
+def constraint_for(runner: ModelRunner, format: Any) -> GrammarConstraint | None:
+    """The constraint for a request's `format` on a loaded model, None for none."""
     from llama_cpp import llama_cpp
 
     grammar = grammar_for(format)

@@ -39,7 +39,7 @@ class Arrivals:
 ARRIVALS = Arrivals()
 
 
-class EngineError(SpecError):
+class RunnerError(SpecError):
     """A request the model runner cannot serve; `status` is the HTTP status Ollama uses for it."""
 
     def __init__(self, message: str, status: int = 500):
@@ -74,7 +74,7 @@ class Job:
     num_predict: int
     top_logprobs: int | None  # None: no logprobs
     on_token: Callable[[TokenInfo], None]
-    on_done: Callable[[Completion | EngineError], None]
+    on_done: Callable[[Completion | RunnerError], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
     tokens: list[int] = field(default_factory=list)
     reuse: int = 0  # leading tokens known to equal the cache as it was at `version`

@@ -1,4 +1,4 @@
-"""What the engine needs from llama-cpp-python beyond Llama()'s own arguments: parameter fields it
+"""What the runner needs from llama-cpp-python beyond Llama()'s own arguments: parameter fields it
 has no argument for, and a token's whole bytes."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import ctypes
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-# llama.cpp before numpy: see engine.py.
+# llama.cpp before numpy: see runner.py.
 from llama_cpp import llama_cpp
 
 

@@ -30,12 +30,12 @@ from llama_cpp import Llama, llama_cpp
 # isort: split
 import numpy as np
 
-from utils.embedded.bursts import gather
-from utils.embedded.cache import TokenCache, common_prefix
-from utils.embedded.context import fit_groups
-from utils.embedded.jobs import Completion, EngineError, Job, TokenInfo
-from utils.embedded.llama_params import llama_defaults, token_piece
-from utils.embedded.slots import Answer, Slot, idle_slot, nested_groups, tokenize_group
+from utils.embedded.runtime.bursts import gather
+from utils.embedded.runtime.cache import TokenCache, common_prefix
+from utils.embedded.runtime.context import fit_groups
+from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
+from utils.embedded.runtime.llama_params import llama_defaults, token_piece
+from utils.embedded.runtime.slots import Answer, Slot, idle_slot, nested_groups, tokenize_group
 from utils.sampling import best_tokens, log_sum_exp, sample
 
 EXACT_ROWS = 7
@@ -54,7 +54,7 @@ class ModelRunner:
     def __init__(self, name: str, path: Path, num_ctx: int, threads: int, batch: bool = True,
                  fast_batches: bool = False, gpu_layers: int = -1, parallel: int = 4):
         self.name, self.path, self.num_ctx = name, path, num_ctx
-        self.parameters: dict[str, object] = {}  # the name's Modelfile parameters (api.Models sets them)
+        self.parameters: dict[str, object] = {}  # the name's Modelfile parameters (LoadedModels sets them)
         # With a GPU backend (a CUDA or Metal build) the layers live on the GPU: -1 means all of them.
         # On a CPU-only build llama.cpp ignores the setting; it is set to 0 so that /api/ps says so.
         self.gpu_layers = gpu_layers if llama_cpp.llama_supports_gpu_offload() else 0
@@ -208,9 +208,9 @@ class ModelRunner:
         try:
             longest = group[-1].tokens
             if not group[0].tokens:
-                raise EngineError("the prompt is empty", 400)
+                raise RunnerError("the prompt is empty", 400)
             if len(longest) >= self.num_ctx:
-                raise EngineError(
+                raise RunnerError(
                     f"the input length ({len(longest)} tokens) exceeds the context length "
                     f"({self.num_ctx} tokens)", 400
                 )
@@ -222,12 +222,12 @@ class ModelRunner:
             prompt_ns = time.perf_counter_ns() - started
             for job in group:
                 self._begin(slot, job, rows[len(job.tokens) - 1 - first], prompt_ns)
-        except EngineError as error:
+        except RunnerError as error:
             for job in group:
                 job.on_done(error)
         except Exception as error:  # noqa: BLE001 - a crash here must not kill the worker
             for job in group:
-                job.on_done(EngineError(f"llama.cpp failed: {error}", 500))
+                job.on_done(RunnerError(f"llama.cpp failed: {error}", 500))
 
     def _evaluate(self, slot: Slot, tokens: list[int], first_row: int, hint: int = 0,
                   copy: bool = True) -> np.ndarray:
@@ -323,7 +323,7 @@ class ModelRunner:
                 self._advance(answer, logits)
         except Exception as error:  # noqa: BLE001 - a crash here must not kill the worker
             for answer in self.answers:
-                self._finish(answer, "error", EngineError(f"llama.cpp failed: {error}", 500))
+                self._finish(answer, "error", RunnerError(f"llama.cpp failed: {error}", 500))
 
     def _end_abandoned(self) -> None:
         """End the answers whose client has left: their slots become idle."""
@@ -351,7 +351,7 @@ class ModelRunner:
         answer.next = token
         slot.answer = answer
 
-    def _finish(self, answer: Answer, reason: str, error: EngineError | None = None) -> None:
+    def _finish(self, answer: Answer, reason: str, error: RunnerError | None = None) -> None:
         """End the answer: its slot becomes idle, its grammar is freed, its client is told why."""
         job = answer.job
         answer.slot.answer = None

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from utils.embedded.cache import TokenCache, common_bytes
-from utils.embedded.jobs import EngineError, Job
+from utils.embedded.runtime.cache import TokenCache, common_bytes
+from utils.embedded.runtime.jobs import Job, RunnerError
 
 
 @dataclass
@@ -83,7 +83,7 @@ def tokenize_group(slot: Slot, group: list[Job]) -> list[list[Job]]:
                 job.tokens, job.reuse = cache.tokenize(job.prompt)
                 job.version, job.walked = cache.version, len(job.tokens)
         except Exception as error:  # noqa: BLE001 - reported to the client, never raised here
-            job.on_done(EngineError(f"could not tokenize the prompt: {error}", 400))
+            job.on_done(RunnerError(f"could not tokenize the prompt: {error}", 400))
             continue
         if last is not None and len(job.tokens) > len(last.tokens):
             groups[-1].append(job)

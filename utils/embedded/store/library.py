@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from utils.embedded import names
-from utils.embedded.models import ModelError, ModelSpec, ModelStore
+from utils.embedded.store import names
+from utils.embedded.store.models import ModelError, ModelSpec, ModelStore
 
 GGUF_MAGIC = b"GGUF"
 MODEL_LAYER = "application/vnd.ollama.image.model"

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from utils.embedded import names
-from utils.embedded.registry import Registry
+from utils.embedded.store import names
+from utils.embedded.store.registry import Registry
 from utils.errors import SpecError
 
 CATALOGUE_PATH = Path(__file__).with_name("models.json")

@@ -12,7 +12,7 @@ source "$G/env.sh"
 echo "setup done at $(el) s"
 export PYTHONPATH=/tmp/llama-site:/tmp/site SPEC_DATA_DIR=/tmp/specdata
 M=/tmp/specdata/models
-for d in project before; do python3 "$G/catalogue.py" $M "$G/$d/utils/embedded/models.json" >/dev/null; done
+for d in project before; do python3 "$G/catalogue.py" $M "$G/$d/utils/embedded/store/models.json" >/dev/null; done
 python3 -m pip install -q --no-index --no-deps --target /tmp/fast "$G"/whl_fast/*.whl > /dev/null 2>&1
 mkdir -p /tmp/pre && echo "import llama_cpp" > /tmp/pre/sitecustomize.py
 (cd "$G/before" && SPEC_GPU_LAYERS=-1 PYTHONPATH=/tmp/pre:$PYTHONPATH nohup python3 cli.py serve --port 11501 > /tmp/before.log 2>&1 &)

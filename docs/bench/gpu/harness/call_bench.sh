@@ -10,7 +10,7 @@ source "$G/env.sh"
 echo "setup done at $(el) s"
 python3 -m pip install -q --no-index --no-deps --target /tmp/fast "$G"/whl_fast/*.whl > /dev/null 2>&1
 export PYTHONPATH=/tmp/fast:/tmp/llama-site:/tmp/site SPEC_DATA_DIR=/tmp/specdata
-python3 "$G/catalogue.py" /tmp/specdata/models "$G/project/utils/embedded/models.json" >/dev/null
+python3 "$G/catalogue.py" /tmp/specdata/models "$G/project/utils/embedded/store/models.json" >/dev/null
 cd "$G/project"
 timeout $(( 570 - $(el) )) python3 cli.py bench --target synth-qwen2.5:7b-q8 --draft lookup --draft synth-qwen2.5:0.5b-q8 \
   --limit 2 --max-tokens 128 --repeat 2 --out /tmp/bench > "$OUT/bench-stdout.txt" 2>&1

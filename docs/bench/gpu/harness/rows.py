@@ -7,7 +7,7 @@ import json
 import sys
 
 sys.path.insert(0, sys.argv[1])
-from utils.embedded.engine import ModelRunner  # noqa: E402 - first: llama.cpp before numpy
+from utils.embedded.runtime.runner import ModelRunner  # noqa: E402 - first: llama.cpp before numpy
 
 # isort: split
 from pathlib import Path  # noqa: E402
