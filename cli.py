@@ -24,7 +24,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from utils.api.cors import origins_from_env
-    from utils.engine.client import OllamaServer
+    from utils.engine.client import OllamaClient
     from utils.errors import SpecError
     from utils.hosts import target_host
     from utils.proxy.app import ProxyConfig, create_proxy, is_loopback
@@ -44,7 +44,7 @@ def cmd_proxy(args: argparse.Namespace) -> int:
         pairs = parse_pairs(args.pair or [p for p in settings.pairs.split(",") if p.strip()])
         upstream = args.upstream or settings.upstream or target_host(settings)
         if not pairs:
-            server = OllamaServer(upstream, connect_timeout=settings.engine.connect_timeout)
+            server = OllamaClient(upstream, connect_timeout=settings.engine.connect_timeout)
             try:
                 pairs = asyncio.run(default_pairs(server, settings.target_model, settings.draft_model,
                                                   draft_host=args.draft_host))

@@ -23,7 +23,7 @@ from config import Settings
 from tests.support.bad_input import HOSTILE_NAMES, still_serving
 from tests.support.models import SMALL
 from utils.engine.answer import collect
-from utils.engine.client import OllamaServer, ServerError
+from utils.engine.client import OllamaClient, ServerError
 from utils.engine.decoder import build_decoder
 from utils.engine.events import GenerationError
 from utils.engine.request import GenerationRequest
@@ -39,7 +39,7 @@ def settings(**update) -> Settings:
 
 
 async def answer(url: str, target: str, drafter: str, request: GenerationRequest) -> dict:
-    server = OllamaServer(url)
+    server = OllamaClient(url)
     try:
         return await collect(await build_decoder(settings().engine, server, target, drafter), request)
     finally:
@@ -141,7 +141,7 @@ def test_settings_refuse_out_of_range_values(fields):
 
 
 async def test_engine_unknown_and_path_like_model_names(server_url):
-    server = OllamaServer(server_url)
+    server = OllamaClient(server_url)
     try:
         for name in HOSTILE_NAMES:
             with pytest.raises(ServerError, match="not found"):
@@ -155,7 +155,7 @@ async def test_engine_unknown_and_path_like_model_names(server_url):
 
 @pytest.mark.parametrize("drafter", ["none", "lookup"])
 async def test_engine_prompt_far_beyond_the_context_is_a_clear_error(server_url, drafter):
-    server = OllamaServer(server_url)
+    server = OllamaClient(server_url)
     try:
         decoder = await build_decoder(settings().engine, server, SMALL, drafter)
         with pytest.raises(GenerationError) as caught:

@@ -12,7 +12,7 @@ import jsonschema
 
 from config import get_settings
 from tests.support.models import SMALL
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.decoder import FORMAT_REASON, build_decoder
 from utils.engine.events import DoneEvent, FallbackEvent, TextEvent
 from utils.engine.request import GenerationRequest
@@ -23,7 +23,7 @@ PROMPT = "Write a poem about a cat called Tom who is 3 years old."
 
 
 async def test_format_is_generated_standard_with_the_reason_in_the_statistics(server_url):
-    server = OllamaServer(server_url)
+    server = OllamaClient(server_url)
     try:
         decoder = await build_decoder(get_settings().engine, server, SMALL, "lookup")
         events = [event async for event in decoder.stream(GenerationRequest(prompt=PROMPT, max_tokens=60,

@@ -32,7 +32,7 @@ import httpx
 import pytest
 
 from tests.support.recorded import Exchange, load, shape_differences
-from utils.engine.client import ContextFull, OllamaServer
+from utils.engine.client import ContextFull, OllamaClient
 
 CASES = [
     "01-version", "02-tags", "03-show-qwen2_5-coder_0_5b", "03-show-qwen2_5-coder_1_5b", "03-show-smollm2_135m",
@@ -237,7 +237,7 @@ async def test_context_full_is_contextfull_for_the_engine(server_url):
     """21's request through the engine's client: ContextFull, as from a real Ollama (whose 400 the
     fast layer replays in tests/unit/test_recorded_ollama.py)."""
     recorded = load("21-chat-context-full-truncate-false").request
-    server = OllamaServer(server_url)
+    server = OllamaClient(server_url)
     try:
         with pytest.raises(ContextFull) as raised:
             await server.next_token(recorded["model"], recorded["prompt"], recorded["options"])

@@ -29,7 +29,7 @@ from tests.support.models import SMALL
 from utils.bench import soak
 from utils.embedded.server import EmbeddedServer
 from utils.engine.answer import collect
-from utils.engine.client import OllamaServer, ServerError
+from utils.engine.client import OllamaClient, ServerError
 from utils.engine.decoder import build_decoder
 from utils.engine.events import DoneEvent, FallbackEvent, GenerationError, RoundEvent, TextEvent
 from utils.engine.request import GenerationRequest
@@ -62,7 +62,7 @@ async def test_draft_server_stalled_mid_answer_gives_the_standard_answer(server_
     draft_server = EmbeddedServer(log_path=tmp_path / "draft.log")
     draft_url = draft_server.start()
     draft_timeout = 10.0  # a healthy draft takes well under a second, but this machine is shared
-    target, draft = OllamaServer(server_url), OllamaServer(draft_url, timeout=120)  # the loop's limit must act
+    target, draft = OllamaClient(server_url), OllamaClient(draft_url, timeout=120)  # the loop's limit must act
     pieces, fallbacks, stalled_at, done = [], [], None, None
     try:
         await draft.next_token(SMALL, "Hi", {"num_ctx": 4096})  # loaded before the clock matters
@@ -96,7 +96,7 @@ async def test_target_server_killed_mid_answer_keeps_the_partial_answer_then_a_r
     standard = await answer(server_url, SMALL, "none", request)
     target_server = EmbeddedServer(log_path=tmp_path / "target.log")
     url = target_server.start()
-    target = OllamaServer(url)
+    target = OllamaClient(url)
     pieces = []
     try:
         decoder = await build_decoder(settings().engine, target, SMALL, "lookup")
@@ -178,7 +178,7 @@ async def test_every_network_call_has_a_time_limit(server_url):
     finally:
         await target.aclose()
         await draft.aclose()
-    bare = OllamaServer(server_url)  # even without settings: finite limits
+    bare = OllamaClient(server_url)  # even without settings: finite limits
     try:
         assert all(value is not None and value > 0 for value in (bare.http.connect_timeout, bare.http.read_timeout))
     finally:

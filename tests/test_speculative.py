@@ -15,7 +15,7 @@ from tests.support.engine import answer, settings
 from tests.support.models import DRAFT, SMALL, TARGET
 from utils.embedded.server import EmbeddedServer
 from utils.engine.answer import collect
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.controller import MARGIN, DraftLengthController
 from utils.engine.decoder import build_decoder
 from utils.engine.events import DoneEvent, FallbackEvent, RoundEvent, TextEvent
@@ -59,7 +59,7 @@ async def test_greedy_exact_when_bursts_arrive_split(server_url, monkeypatch, la
     waits for a burst: the answers must still be the standard ones."""
     import asyncio
 
-    real_verify, real_next_token = PromptPrefixValidator.verify, OllamaServer.next_token
+    real_verify, real_next_token = PromptPrefixValidator.verify, OllamaClient.next_token
     sent: list[str] = []
     rounds = [0]
 
@@ -75,14 +75,14 @@ async def test_greedy_exact_when_bursts_arrive_split(server_url, monkeypatch, la
             await asyncio.sleep(0.05)  # longer than the server waits even for an announced burst
         return await real_next_token(self, model, prompt, options, top, burst)
 
-    real_about = OllamaServer.about
+    real_about = OllamaClient.about
 
     async def about(self):  # as any Ollama: no burst endpoint, so each burst is K+1 requests
         return {**await real_about(self), "burst_endpoint": False}
 
     monkeypatch.setattr(PromptPrefixValidator, "verify", verify)
-    monkeypatch.setattr(OllamaServer, "next_token", next_token)
-    monkeypatch.setattr(OllamaServer, "about", about)
+    monkeypatch.setattr(OllamaClient, "next_token", next_token)
+    monkeypatch.setattr(OllamaClient, "about", about)
     drafted = 0
     for prompt in EQUALITY_PROMPTS[:4]:
         request = GenerationRequest(prompt=prompt["prompt"], max_tokens=EQUALITY_TOKENS, k=4)
@@ -120,7 +120,7 @@ CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46,
 async def first_token_distribution(server_url: str, model: str, prompt: str,
                                    options: SamplingOptions) -> dict[str, float]:
     """The exact distribution of the target's first sampled token, from its top-20 log-probabilities."""
-    server = OllamaServer(server_url)
+    server = OllamaClient(server_url)
     try:
         step = await server.next_token(model, prompt, {"temperature": 0, "num_ctx": 4096}, 20)
     finally:
@@ -139,7 +139,7 @@ async def test_sampling_keeps_the_target_distribution(server_url, target, drafte
     runs = 240
     seen: Counter[str] = Counter()
     methods = set()
-    server = OllamaServer(server_url)
+    server = OllamaClient(server_url)
     try:
         decoder = await build_decoder(settings(p_min=0.0).engine, server, target, drafter)
         for seed in range(runs):
@@ -170,7 +170,7 @@ async def test_draft_server_killed_mid_answer_gives_the_standard_answer(server_u
     standard = await answer(server_url, "qwen2.5-coder:0.5b", "none", request)
     draft_server = EmbeddedServer(log_path=tmp_path / "draft.log")
     draft_url = draft_server.start()
-    target, draft = OllamaServer(server_url), OllamaServer(draft_url, timeout=30)
+    target, draft = OllamaClient(server_url), OllamaClient(draft_url, timeout=30)
     pieces, fallbacks, killed_at = [], [], None
     try:
         decoder = await build_decoder(settings(draft_timeout=30).engine, target, "qwen2.5-coder:0.5b", SMALL, draft)

@@ -18,7 +18,7 @@ from tests.support.own_server import own_server
 from tests.support.proxy import running_proxy
 from tests.support.thinking_model import register, write_gguf
 from utils.engine.answer import collect
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
 from utils.engine.decoder import build_decoder
 from utils.engine.request import GenerationRequest
@@ -76,7 +76,7 @@ def test_streamed_thinking_through_the_proxy_joins_to_upstreams(thinker, proxied
 async def test_the_engine_reports_thinking_apart_from_the_answer(thinker):
     url, name = thinker
     direct = chat(url, name)
-    target = OllamaServer(url)
+    target = OllamaClient(url)
     try:
         decoder = await build_decoder(EngineConfig(), target, name, "lookup")
         thinking = await collect(decoder, GenerationRequest(messages=QUESTION, options={"temperature": 0},

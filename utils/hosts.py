@@ -13,7 +13,7 @@ from config import Settings
 from utils.embedded.server import EmbeddedServer
 from utils.embedded.store.models import ModelStore
 from utils.engine.answer import collect
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.decoder import build_decoder
 from utils.engine.request import GenerationRequest
 from utils.errors import SpecError
@@ -67,12 +67,12 @@ def stop_embedded() -> None:
 
 
 def servers(settings: Settings, host: str | None = None,
-            draft_host: str | None = None) -> tuple[OllamaServer, OllamaServer | None]:
-    target = OllamaServer(target_host(settings, host), connect_timeout=settings.engine.connect_timeout,
+            draft_host: str | None = None) -> tuple[OllamaClient, OllamaClient | None]:
+    target = OllamaClient(target_host(settings, host), connect_timeout=settings.engine.connect_timeout,
                           timeout=settings.engine.request_timeout)
     draft = None
     if draft_host:
-        draft = OllamaServer(draft_host, connect_timeout=settings.engine.connect_timeout,
+        draft = OllamaClient(draft_host, connect_timeout=settings.engine.connect_timeout,
                              timeout=settings.engine.draft_timeout)
     return target, draft
 

@@ -14,7 +14,7 @@ from tests.support.app import (
 from tests.support.models import SMALL
 from utils.app.store import ConversationStore
 from utils.bench.advisor import check_parallel
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 
 
 def test_sidebar_shows_the_server_and_the_drafters(data_dir):
@@ -48,7 +48,7 @@ def test_parallel_check_measures_both_ways(serial_server_url):
     settings = config.Settings()
 
     async def check():
-        server = OllamaServer(serial_server_url)
+        server = OllamaClient(serial_server_url)
         try:
             return await check_parallel(settings, server, SMALL, width=3, rounds=1)
         finally:
@@ -84,13 +84,13 @@ def test_one_client_per_server_reads_the_version_once(server_url, monkeypatch):
 
     settings = config.Settings()
     asked: list[str] = []
-    original = OllamaServer._request
+    original = OllamaClient._request
 
     async def counting(self, method, path, body=None):
         asked.append(path)
         return await original(self, method, path, body)
 
-    monkeypatch.setattr(OllamaServer, "_request", counting)
+    monkeypatch.setattr(OllamaClient, "_request", counting)
     monkeypatch.setattr(runtime, "server_url", lambda settings: server_url)
     assert runtime.server(settings, server_url) is runtime.server(settings, server_url)
     first, second = runtime.server_info(settings), runtime.server_info(settings)

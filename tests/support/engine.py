@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from config import Settings
 from utils.engine.answer import collect
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.decoder import build_decoder
 from utils.engine.request import GenerationRequest
 
@@ -15,7 +15,7 @@ def settings(**update) -> Settings:
 
 
 async def answer(server_url: str, target: str, drafter: str, request: GenerationRequest, **update) -> dict:
-    server = OllamaServer(server_url)
+    server = OllamaClient(server_url)
     try:
         decoder = await build_decoder(settings(**update).engine, server, target, drafter)
         return await collect(decoder, request)

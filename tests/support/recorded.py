@@ -4,7 +4,7 @@ because a real Ollama cannot run in this suite; what the embedded server answers
 is checked against the same recordings in tests/test_recorded_conformance.py.
 
     with RecordedOllama() as ollama:            # 127.0.0.1, a free port, a background thread
-        client = OllamaServer(ollama.url)
+        client = OllamaClient(ollama.url)
         ...
         ollama.received                         # every request it got, in order (Received)
         ollama.bodies("/api/generate")          # the JSON bodies sent to one path

@@ -21,7 +21,7 @@ from utils.engine import client as client_module
 from utils.engine.client import (
     ContextFull,
     ModelNotFound,
-    OllamaServer,
+    OllamaClient,
     RequestRefused,
     ServerError,
     Step,
@@ -42,7 +42,7 @@ def ollama():
 
 @pytest.fixture
 async def client(ollama):
-    server = OllamaServer(ollama.url)
+    server = OllamaClient(ollama.url)
     yield server
     await server.aclose()
 

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from tests.support.recorded import RecordedOllama, load
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
 from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.drafters.lookup import PromptLookupDrafter
@@ -34,7 +34,7 @@ async def ollama() -> AsyncIterator[RecordedOllama]:
 async def test_the_engine_reads_a_modelfile_greedy_and_its_stop_from_a_real_show(ollama) -> None:
     """Recorded 18: `q05-greedy` has PARAMETER temperature 0 and stop "def ": a request with no options
     is greedy and stops there, as Ollama answered it (recorded 19, done_reason "stop")."""
-    target = OllamaServer(ollama.url)
+    target = OllamaClient(ollama.url)
     try:
         decoder = SpeculativeDecoder(target, "q05-greedy", PromptLookupDrafter(set()), EngineConfig())
         plan = await decoder.plan(GenerationRequest(messages=[{"role": "user", "content": "hi"}], options={}))
@@ -48,7 +48,7 @@ async def test_the_engine_reads_a_modelfile_greedy_and_its_stop_from_a_real_show
 async def test_rejection_sampling_is_not_used_on_a_server_that_does_not_declare_exact_logprobs(ollama) -> None:
     """Ollama 0.32.15's /api/version has only `version`: sampled answers are verified by sample-match,
     even with a drafter whose distribution is exact (llama.cpp's sampler order is not the logprobs')."""
-    target = OllamaServer(ollama.url)
+    target = OllamaClient(ollama.url)
     drafter = PromptLookupDrafter(set())
     drafter.exact_distribution = True  # as a draft model with the target's tokenizer would be
     try:

@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from utils.engine.client import OllamaServer, ServerTimeout, ServerUnreachable
+from utils.engine.client import OllamaClient, ServerTimeout, ServerUnreachable
 from utils.engine.transport import Transport
 
 
@@ -80,7 +80,7 @@ def chunked(*parts: bytes) -> list[bytes]:
 async def test_a_request_carries_its_method_path_host_headers_and_json_body():
     script = ScriptedServer([json_answer({"n": 1}), json_answer({"n": 2})])
     async with script as url:
-        server = OllamaServer(url + "/prefix")
+        server = OllamaClient(url + "/prefix")
         try:
             answer = await server._request("POST", "/api/generate", {"prompt": "é"}, {"X-Speculative-Burst": "a 2"})
             assert answer == {"n": 1}
@@ -101,7 +101,7 @@ async def test_a_chunked_stream_gives_every_line_however_it_is_split():
     joined = b"".join(lines)
     script = ScriptedServer([chunked(joined[:7], joined[7:50], joined[50:])])
     async with script as url:
-        server = OllamaServer(url)
+        server = OllamaClient(url)
         try:
             messages = [m async for m in server._stream("/api/generate", {"stream": True})]
         finally:
@@ -112,7 +112,7 @@ async def test_a_chunked_stream_gives_every_line_however_it_is_split():
 async def test_a_kept_alive_connection_the_server_closed_is_replaced_and_the_request_sent_once():
     script = ScriptedServer([json_answer({"n": 1}), json_answer({"n": 2})], close_after=True)
     async with script as url:
-        server = OllamaServer(url)
+        server = OllamaClient(url)
         try:
             assert await server._request("GET", "/api/version") == {"n": 1}
             await asyncio.wait_for(script.closed.wait(), 5)  # the server has closed that connection
@@ -126,7 +126,7 @@ async def test_leaving_a_stream_early_closes_its_connection():
     parts = [json.dumps({"response": "x", "done": False}).encode() + b"\n"] * 50
     script = ScriptedServer([chunked(*parts)])
     async with script as url:
-        server = OllamaServer(url)
+        server = OllamaClient(url)
         try:
             async for _ in server._stream("/api/generate", {}):
                 break
@@ -140,7 +140,7 @@ async def test_errors_become_server_errors_with_their_status_and_message():
     refusal = b'HTTP/1.1 404 Not Found\r\nContent-Length: 32\r\n\r\n{"error":"model \'x\' not found"}  '
     script = ScriptedServer([refusal])
     async with script as url:
-        server = OllamaServer(url)
+        server = OllamaClient(url)
         try:
             with pytest.raises(Exception) as caught:
                 await server._request("POST", "/api/generate", {})
@@ -155,7 +155,7 @@ async def test_a_server_that_stops_answering_is_a_timeout_and_none_listening_is_
 
     listener = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
-    server = OllamaServer(f"127.0.0.1:{port}", timeout=0.2)
+    server = OllamaClient(f"127.0.0.1:{port}", timeout=0.2)
     try:
         with pytest.raises(ServerTimeout, match="within 0.2 s"):
             await server._request("GET", "/api/version")
@@ -163,7 +163,7 @@ async def test_a_server_that_stops_answering_is_a_timeout_and_none_listening_is_
         await server.aclose()
         listener.close()
     await listener.wait_closed()
-    gone = OllamaServer(f"127.0.0.1:{port}")
+    gone = OllamaClient(f"127.0.0.1:{port}")
     with pytest.raises(ServerUnreachable):
         await gone._request("GET", "/api/version")
 

@@ -297,7 +297,7 @@ def test_options_for_draft_limits_top_k_to_what_the_draft_reported() -> None:
 
 
 class RecordingServer:
-    """An in-process stand-in for OllamaServer.next_token: answers from a table, records every call."""
+    """An in-process stand-in for OllamaClient.next_token: answers from a table, records every call."""
 
     def __init__(self, answers: dict[str, Step]):
         self.answers, self.calls, self.bursts = answers, [], []

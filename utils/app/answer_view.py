@@ -20,7 +20,7 @@ from utils.app.runtime import context_full, failure_text, iterate, server
 from utils.app.sidebar import Choices
 from utils.app.speed import speedup_text
 from utils.app.store import stats_summary
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.decoder import build_decoder
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent, ThinkingEvent
 from utils.engine.request import GenerationRequest
@@ -78,7 +78,7 @@ class Answer:
         self.note = f"Stopped {tokens}: {kept}."
 
 
-async def answer_events(settings: Settings, client: OllamaServer, target: str, drafter: str,
+async def answer_events(settings: Settings, client: OllamaClient, target: str, drafter: str,
                         request: GenerationRequest) -> AsyncIterator[Event]:
     """The engine's events for one answer, on the shared client of the server."""
     decoder = await build_decoder(settings.engine, client, target, drafter)

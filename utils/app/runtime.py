@@ -2,7 +2,7 @@
 about itself, the session's settings, and plain explanations of errors.
 
 Streamlit runs each page script synchronously on its own thread; the engine is async. Every coroutine
-runs on one event loop per process, on a thread of its own, so that one `OllamaServer` per server (and
+runs on one event loop per process, on a thread of its own, so that one `OllamaClient` per server (and
 its keep-alive connections and cached /api/version) serves every answer instead of being made again
 for each one. Nothing here decodes.
 """
@@ -27,7 +27,7 @@ from utils.app.store import ConversationStore
 from utils.engine.client import (
     ContextFull,
     ModelNotFound,
-    OllamaServer,
+    OllamaClient,
     ServerTimeout,
     ServerUnreachable,
     parse_version,
@@ -140,11 +140,11 @@ def server_url(settings: Settings) -> str:
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
-def _client(url: str, connect_timeout: float, timeout: float) -> OllamaServer:
-    return OllamaServer(url, connect_timeout=connect_timeout, timeout=timeout)
+def _client(url: str, connect_timeout: float, timeout: float) -> OllamaClient:
+    return OllamaClient(url, connect_timeout=connect_timeout, timeout=timeout)
 
 
-def server(settings: Settings, url: str, timeout: float | None = None) -> OllamaServer:
+def server(settings: Settings, url: str, timeout: float | None = None) -> OllamaClient:
     """The one client of the server at `url` (per timeout), shared by every session of this process.
 
     It lives on the engine's loop (use it inside `run` or `iterate` only) and reads /api/version once.

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from config import Settings
 from utils.burst import announce
 from utils.engine.answer import collect
-from utils.engine.client import OllamaServer, ServerError
+from utils.engine.client import OllamaClient, ServerError
 from utils.engine.decoder import SpeculativeDecoder, build_decoder
 from utils.engine.drafters import NONE, drafter_class
 from utils.engine.events import GenerationError
@@ -86,7 +86,7 @@ class _Contender:
     texts: list[str] = field(default_factory=list)  # of the first repeat
 
 
-async def _contender(settings: Settings, server: OllamaServer, target: str, drafter: str,
+async def _contender(settings: Settings, server: OllamaClient, target: str, drafter: str,
                      warm_up: str) -> _Contender:
     """A decoder for (target, drafter), warmed up: loading a model is not generation time."""
     decoder = await build_decoder(settings.engine, server, target, drafter)
@@ -94,7 +94,7 @@ async def _contender(settings: Settings, server: OllamaServer, target: str, draf
     return _Contender(Measurement(drafter), decoder)
 
 
-async def advise(settings: Settings, server: OllamaServer, target: str, drafters: list[str], *,
+async def advise(settings: Settings, server: OllamaClient, target: str, drafters: list[str], *,
                  prompts: tuple[str, ...] = ADVISOR_PROMPTS, max_tokens: int = ADVISOR_MAX_TOKENS,
                  repeats: int = 2, progress: Progress | None = None) -> Advice:
     """Measure standard generation and each drafter, interleaved: every prompt is answered by all of
@@ -196,7 +196,7 @@ class ParallelCheck:
     concurrent_seconds: float  # the same kind of requests all at once, as the validator sends them
 
 
-async def check_parallel(settings: Settings, server: OllamaServer, model: str, width: int = 4,
+async def check_parallel(settings: Settings, server: OllamaClient, model: str, width: int = 4,
                          rounds: int = 3) -> ParallelCheck:
     """Send `width` one-token requests whose prompts extend one another (one verification of
     K = width - 1) one after another, then another such set all at once; median of `rounds`. A server

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from utils.bench.overhead import Bench, Row
 from utils.bench.runner import BenchConfig, load_prompts
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.drafters.lookup import PromptLookupDrafter
 from utils.engine.tokenizers import vocabulary
 from utils.sampling import GREEDY
@@ -79,7 +79,7 @@ async def accepted_lengths(drafter: PromptLookupDrafter, prompt: str, tokens: li
     return table
 
 
-async def standard_answer(server: OllamaServer, target: str, prompt: str, max_tokens: int) -> list[str]:
+async def standard_answer(server: OllamaClient, target: str, prompt: str, max_tokens: int) -> list[str]:
     options = {"temperature": 0, "num_predict": max_tokens, "num_ctx": NUM_CTX}
     return [token.text async for chunk in server.stream_raw(target, prompt, options) for token in chunk.tokens]
 
@@ -99,7 +99,7 @@ async def measure_costs(bench: Bench, context: str, tokens: list[str], k_max: in
 
 
 async def measure(url: str, target: str, prompts: list[dict], k_max: int, repeat: int) -> str:
-    server, bench = OllamaServer(url, timeout=600.0), Bench(url, target, target)
+    server, bench = OllamaClient(url, timeout=600.0), Bench(url, target, target)
     try:
         bench.num_ctx = NUM_CTX
         drafter = PromptLookupDrafter((await vocabulary(server, target))[1])

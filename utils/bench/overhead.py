@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from utils.burst import announce
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 
 KS = (2, 4, 8)
 RATES = (0.6, 0.7, 0.8, 0.9)
@@ -90,7 +90,7 @@ class Bench:
     def __init__(self, url: str, target: str, draft: str):
         self.url, self.target, self.draft = url, target, draft
         # The engine's transport, so that "outside" is what the engine pays: its session and JSON codec.
-        self.server = OllamaServer(url, connect_timeout=10.0, timeout=600.0)
+        self.server = OllamaClient(url, connect_timeout=10.0, timeout=600.0)
         self.num_ctx = 4096
 
     async def aclose(self) -> None:

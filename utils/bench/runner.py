@@ -37,7 +37,7 @@ from utils.bench.report import NATIVE, PROJECT, engine_of, summarize, write_repo
 from utils.embedded.runtime.loaded import DEFAULT_NUM_CTX
 from utils.embedded.store.models import ModelStore, normalize_name
 from utils.engine.answer import collect
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.decoder import build_decoder
 from utils.engine.drafters import NONE as STANDARD
 from utils.engine.drafters.lookup import LOOKUP
@@ -155,7 +155,7 @@ def _start_anchors(settings: Settings, config: BenchConfig) -> dict[tuple[str, s
     return anchors
 
 
-async def _raw_prompts(target: OllamaServer, config: BenchConfig, settings: Settings,
+async def _raw_prompts(target: OllamaClient, config: BenchConfig, settings: Settings,
                        prompts: list[dict[str, Any]]) -> dict[str, str]:
     """The exact text the project's target sees for each prompt, by id, for llama-server's raw
     /completion: a chat prompt through the target's own template."""

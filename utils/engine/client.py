@@ -126,8 +126,8 @@ def _step(message: dict[str, Any]) -> Step:
                 message.get("prompt_eval_count") or 0)
 
 
-class OllamaServer:
-    """One Ollama (or embedded) server. Methods map onto the HTTP endpoints the engine uses."""
+class OllamaClient:
+    """A client of one Ollama (or embedded) server. Methods map onto the HTTP endpoints the engine uses."""
 
     def __init__(self, host: str, *, connect_timeout: float = 5.0, timeout: float = 300.0):
         self.host, self.connect_timeout, self.timeout = host, connect_timeout, timeout

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from utils.burst import announce
-from utils.engine.client import OllamaServer, ServerError
+from utils.engine.client import OllamaClient, ServerError
 from utils.engine.config import EngineConfig
 from utils.engine.controller import DraftLengthController, controller_for
 from utils.engine.drafters import Draft, Drafter, DraftSetup, build_drafter
@@ -82,7 +82,7 @@ class _Answer:
 class SpeculativeDecoder:
     """Generates from `target_model` on `target`, speculatively when `drafter` is given."""
 
-    def __init__(self, target: OllamaServer, target_model: str, drafter: Drafter | None, config: EngineConfig):
+    def __init__(self, target: OllamaClient, target_model: str, drafter: Drafter | None, config: EngineConfig):
         self.target, self.target_model, self.drafter, self.config = target, target_model, drafter, config
         self.validator = PromptPrefixValidator(target, target_model)
 
@@ -376,8 +376,8 @@ class SpeculativeDecoder:
         return FallbackEvent(reason)
 
 
-async def build_decoder(config: EngineConfig, target: OllamaServer, target_model: str, drafter_choice: str,
-                        draft_server: OllamaServer | None = None) -> SpeculativeDecoder:
+async def build_decoder(config: EngineConfig, target: OllamaClient, target_model: str, drafter_choice: str,
+                        draft_server: OllamaClient | None = None) -> SpeculativeDecoder:
     """A decoder for `drafter_choice`: "none" (standard), a drafter's kind ("lookup"), or a draft model.
 
     Raises ServerError with the server's message for a missing target or draft model.

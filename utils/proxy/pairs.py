@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.drafters.lookup import LOOKUP
 from utils.errors import SpecError
 
@@ -22,7 +22,7 @@ def parse_pairs(items: list[str]) -> dict[str, str]:
     return pairs
 
 
-async def default_pairs(upstream: OllamaServer, target: str, draft: str,
+async def default_pairs(upstream: OllamaClient, target: str, draft: str,
                         draft_host: str | None = None) -> dict[str, str]:
     """Prompt lookup (it needs no model) for every model upstream has; the configured draft model for
     the configured target where the draft is there too (or on its own draft host)."""

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from utils.engine.client import ContextFull, OllamaServer
+from utils.engine.client import ContextFull, OllamaClient
 from utils.engine.config import EngineConfig
 from utils.engine.decoder import SpeculativeDecoder, build_decoder
 from utils.engine.drafters import Drafter
@@ -69,9 +69,9 @@ class ProxyState:
         self.config, self.metrics = config, ProxyMetrics()
         self.upstream = httpx.AsyncClient(base_url=config.upstream.rstrip("/"),
                                           timeout=httpx.Timeout(engine.request_timeout, connect=engine.connect_timeout))
-        self.target = OllamaServer(config.upstream, connect_timeout=engine.connect_timeout,
+        self.target = OllamaClient(config.upstream, connect_timeout=engine.connect_timeout,
                                    timeout=engine.request_timeout)
-        self.draft = (OllamaServer(config.draft_host, connect_timeout=engine.connect_timeout,
+        self.draft = (OllamaClient(config.draft_host, connect_timeout=engine.connect_timeout,
                                    timeout=engine.draft_timeout) if config.draft_host else self.target)
         # The key is the proxy's, not upstream's: it is not sent on.
         self.drop = frozenset({"authorization"}) if config.api_key else frozenset()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from utils.engine.client import OllamaServer
+from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
 from utils.sampling import SamplingOptions
 
@@ -34,9 +34,9 @@ class Draft:
 class DraftSetup:
     """What a drafter may need to build itself for one target."""
 
-    target: OllamaServer
+    target: OllamaClient
     target_model: str
-    draft_server: OllamaServer  # where a draft model is served: the target's server unless told otherwise
+    draft_server: OllamaClient  # where a draft model is served: the target's server unless told otherwise
     config: EngineConfig
 
 
