@@ -45,6 +45,8 @@ def clear_process_caches() -> None:
         controller.clear_controllers()
     if tokenizers := sys.modules.get("utils.engine.tokenizers"):
         tokenizers.clear_vocabularies()
+    if suffix := sys.modules.get("utils.engine.drafters.suffix"):
+        suffix.clear_suffix_trees()
     if planning := sys.modules.get("utils.engine.planning"):
         planning.clear_gates()
     if config := sys.modules.get("config"):

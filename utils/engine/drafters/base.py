@@ -74,6 +74,9 @@ class Drafter:
     def update(self, draft: Draft, accepted: int) -> None:
         """Called after every verification; most drafters learn nothing here."""
 
+    def finish(self, prompt: str, output: str) -> None:
+        """Called once an answer is complete, with its prompt and all it generated; most forget it."""
+
 
 _REGISTRY: list[type[Drafter]] = []
 

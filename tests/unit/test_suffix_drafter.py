@@ -1,0 +1,189 @@
+"""Suffix decoding: suffix tries of the answer and of the target's earlier answers, exact small cases."""
+
+from __future__ import annotations
+
+import pytest
+
+from utils.engine.drafters import Drafter, drafter_class, model_free_drafters
+from utils.engine.drafters.suffix import (
+    MAX_DEPTH,
+    MAX_SPEC_FACTOR,
+    MIN_TOKEN_PROB,
+    SUFFIX,
+    SuffixDrafter,
+    SuffixTree,
+    clear_suffix_trees,
+    speculate,
+    suffix_store,
+)
+from utils.sampling import GREEDY
+
+# One piece per capital letter with its space: "A B C" is the pieces "A", " B", " C".
+WORDS = {"A", "P", "Z", *(f" {c}" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ")}
+
+
+def drafter(target: str = "t", vocabulary: set[str] = WORDS, **bounds) -> SuffixDrafter:
+    return SuffixDrafter(vocabulary, target, **bounds)
+
+
+async def draft(suffix: SuffixDrafter, context: str, k: int = 8) -> list[str]:
+    return (await suffix.propose(context, k, GREEDY)).pieces
+
+
+def paths(tree: SuffixTree, node: int = 0, prefix: tuple[int, ...] = ()) -> dict[tuple[int, ...], int]:
+    """Every piece sequence stored in `tree` with its count."""
+    kids = tree.kids.get(node) or ({tree.token[tree.best[node]]: tree.best[node]} if tree.best[node] >= 0 else {})
+    found = {}
+    for token, child in kids.items():
+        found[(*prefix, token)] = tree.count[child]
+        found |= paths(tree, child, (*prefix, token))
+    return found
+
+
+def test_defaults_are_vllms_and_the_drafter_is_registered() -> None:
+    assert (MAX_DEPTH, MAX_SPEC_FACTOR, MIN_TOKEN_PROB) == (24, 1.0, 0.1)
+    assert drafter_class(SUFFIX) is SuffixDrafter
+    assert model_free_drafters()[SUFFIX] == SuffixDrafter.description
+    assert SuffixDrafter.exact_distribution is False
+    assert SuffixDrafter.llama_server_args("auto", None) is None
+
+
+def test_the_trie_counts_every_substring_up_to_its_depth() -> None:
+    tree = SuffixTree(depth=2)
+    active = tree.extend([], [1, 2, 1, 2])
+    assert paths(tree) == {(1,): 2, (1, 2): 2, (2,): 2, (2, 1): 1}
+    assert [tree.token[node] for node in active] == [2]  # depth - 1 active nodes: the last piece's
+    assert tree.nodes == 5
+
+
+async def test_the_prompt_is_matched_and_its_continuation_drafted() -> None:
+    # "A B C" occurred before, followed by " D E X": a 3-piece match drafts at most 3 pieces.
+    assert await draft(drafter(), "P A B C D E X A B C") == [" D", " E", " X"]
+    assert await draft(drafter(), "P A B C D E X A B C", k=2) == [" D", " E"]
+    assert await draft(drafter(), "P A B C D E X A B C", k=0) == []
+    assert await draft(drafter(), "P A B C D E X Q") == []  # " Q" never occurred before
+
+
+async def test_the_answer_tree_grows_with_the_context() -> None:
+    suffix = drafter()
+    assert await draft(suffix, "P A B C D E X") == []
+    tree = suffix.open[-1].tree
+    assert await draft(suffix, "P A B C D E X A B") == [" C", " D"]  # the same tree, extended
+    assert suffix.open[-1].tree is tree and len(suffix.open) == 1
+    assert await draft(suffix, "P A B C D E X A B C") == await draft(drafter("fresh"), "P A B C D E X A B C")
+    # Another answer in progress gets a tree of its own; the first one is still there.
+    assert await draft(suffix, "Z P Q R S P Q") == [" R", " S"]
+    assert len(suffix.open) == 2 and await draft(suffix, "P A B C D E X A B C D") == [" E", " X", " A", " B"]
+
+
+async def test_an_earlier_answer_is_drafted_in_a_later_one() -> None:
+    first = drafter()
+    first.finish("Z A B", " K L M N O")
+    # A new drafter for the same target (as the CLI builds one per decoder) knows the answer too.
+    later = drafter()
+    assert await draft(later, "Z Y K L M") == [" N", " O"]
+    # The end of the prompt is kept before the answer: the same question gets the answer from its start.
+    assert await draft(later, "Q A B", k=2) == [" K", " L"]
+
+
+async def test_targets_never_share_answers() -> None:
+    drafter("one").finish("", " K L M N O")
+    assert await draft(drafter("two"), "Z Y K L M") == []
+    assert await draft(drafter("one"), "Z Y K L M") == [" N", " O"]
+
+
+async def test_a_short_match_drafts_a_short_draft() -> None:
+    # Only " Z" matches (once before, followed by eight pieces): max_spec_factor 1.0 allows one piece.
+    context = "A Z Q R S T U V W X B Z"
+    assert await draft(drafter(), context) == [" Q"]
+    assert await draft(drafter("f2", factor=2.0), context) == [" Q", " R"]
+    # The tree's depth bounds match + draft: depth 3, a 2-piece match, one piece.
+    assert await draft(drafter("d3", depth=3), "Z A B C D E F A B C") == [" D"]
+    assert await draft(drafter("d24"), "Z A B C D E F A B C") == [" D", " E", " F"]
+
+
+@pytest.mark.parametrize(("d", "e", "cut", "drafted"), [
+    (1, 1, MIN_TOKEN_PROB, [" D"]),  # 50/50: 0.5 >= 0.1, the first branch seen
+    (1, 1, 0.6, []),  # 50/50 under a 0.6 threshold: nothing
+    (19, 1, 0.6, [" D"]),  # 95/5: 0.95
+    (1, 19, 0.6, [" E"]),  # the most frequent branch, whichever came first
+])
+async def test_the_probability_cut(d: int, e: int, cut: float, drafted: list[str]) -> None:
+    suffix = drafter(min_prob=cut)
+    for _ in range(d):
+        suffix.finish("", "A B C D")
+    for _ in range(e):
+        suffix.finish("", "A B C E")
+    assert await draft(suffix, "Z A B C") == drafted
+
+
+async def test_the_running_probability_stops_the_draft() -> None:
+    # Four 50/50 branch points in a row after a 7-piece match: 0.5, 0.25, 0.125 pass 0.1, 0.0625 does not.
+    suffix = drafter()
+    for times, end in ((1, "D E F G"), (1, "D E F H"), (2, "D E Z"), (4, "D Y"), (8, "X")):
+        for _ in range(times):  # the first branch seen wins a tie
+            suffix.finish("", f"P Q R S A B C {end}")
+    assert await draft(suffix, "P Q R S A B C") == [" D", " E", " F"]
+    tree = suffix.store.tree
+    proposal = speculate(tree, tree.suffixes(suffix.tokens("P Q R S A B C")), 8)
+    assert proposal.probs == [0.5, 0.25, 0.125] and proposal.score == 0.875 and proposal.match == 7
+
+
+def test_removing_an_answer_restores_the_tree_exactly() -> None:
+    tree, other = SuffixTree(depth=3), SuffixTree(depth=3)
+    first, second = [1, 2, 3, 1, 2, 4], [2, 3, 1, 5, 2, 3]
+    tree.extend([], first)
+    tree.extend([], second)
+    other.extend([], second)
+    tree.remove(first)
+    assert paths(tree) == paths(other) and tree.nodes == other.nodes
+    tree.remove(second)
+    assert paths(tree) == {} and tree.nodes == 1 and tree.kids == {}
+
+
+async def test_the_oldest_answers_are_evicted_past_the_answer_bound() -> None:
+    suffix = drafter(max_answers=2)
+    suffix.finish("", " K L M N O")
+    suffix.finish("", " Q R S T U")
+    suffix.finish("", " D E F G H")  # the third: the first one goes
+    assert len(suffix.store.answers) == 2
+    assert await draft(drafter(), "Z Y K L M") == []
+    assert await draft(drafter(), "Z Y Q R S") == [" T", " U"]
+    assert await draft(drafter(), "Z Y D E F") == [" G", " H"]
+
+
+def test_the_node_bound_holds_however_many_answers_come() -> None:
+    suffix = drafter(max_nodes=300, max_answers=1000)
+    store = suffix_store("t")
+    letters = "BCDEFGHIJKLMNOPQRSTUVWXYZ"
+    for n in range(200):  # 200 different answers of 12 pieces, 66 nodes or more each at depth 24
+        answer = "".join(f" {letters[(n * 7 + i * (n % 5 + 1)) % 25]}" for i in range(12))
+        suffix.finish("", answer)
+        assert store.tree.nodes <= 300
+        assert len(store.tree.count) <= 300 + 12 * MAX_DEPTH  # freed nodes are used again
+    assert 1 <= len(store.answers) < 200
+    # One answer larger than the bound alone keeps only its end.
+    suffix.finish("", " K" * 1000)
+    assert store.tree.nodes <= 300 and len(store.answers[-1]) == 300 // MAX_DEPTH
+
+
+async def test_the_draft_is_cut_into_the_targets_pieces() -> None:
+    vocabulary = {"x", ")", ":", "):", " return", " ret", "urn", " x", "\n", "#", "def", " foo", "("}
+    suffix = drafter("code", vocabulary)
+    context = "def foo(x): return x\n#\ndef foo("
+    assert await draft(suffix, context) == ["x", "):", " return"]  # longest pieces, as the target's
+    assert suffix.tokens(" return") == [suffix.store.ids[" return"]]
+    # A character that is no piece of the vocabulary is matched but never drafted.
+    suffix = drafter("accent", vocabulary | {" "})
+    assert await draft(suffix, "def foo(x é\n#\ndef foo(") == ["x", " "]  # a 3-piece match, stopped at "é"
+
+
+def test_clearing_forgets_every_target() -> None:
+    suffix = drafter()
+    suffix.finish("", " K L M")
+    clear_suffix_trees()
+    assert not suffix_store("t").answers and suffix_store("t") is not suffix.store
+
+
+def test_the_finish_hook_is_part_of_every_drafter() -> None:
+    assert Drafter.finish(Drafter(), "prompt", "output") is None
