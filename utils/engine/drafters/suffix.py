@@ -34,8 +34,8 @@ SUFFIX = "suffix"
 MAX_DEPTH = 24  # vLLM suffix_decoding_max_tree_depth
 MAX_SPEC_FACTOR = 1.0  # vLLM suffix_decoding_max_spec_factor: draft <= factor x match length
 MIN_TOKEN_PROB = 0.1  # vLLM suffix_decoding_min_token_prob (the paper's threshold)
-MAX_ANSWERS = 1000  # answers kept per target (vLLM keeps 10,000 in C++; a node here is a Python object)
-MAX_NODES = 400_000  # nodes per target's shared tree: about 30 MB (a node is about 72 bytes)
+MAX_ANSWERS = 1000  # answers kept per target (vLLM: 10,000; here MAX_NODES is usually the bound that acts)
+MAX_NODES = 1_000_000  # nodes per target's shared tree: about 23 MB measured (12 bytes a node + branches)
 PROMPT_TAIL = MAX_DEPTH - 1  # pieces of the prompt kept before each answer in the shared tree
 OPEN_ANSWERS = 8  # answer trees a drafter keeps (answers in progress at once; the next turn of a chat)
 
@@ -247,13 +247,13 @@ def clear_suffix_trees() -> None:
     _stores.clear()
 
 
-@dataclass
+@dataclass(eq=False)
 class _Open:
     """One answer's tree, over the text read so far, and where its end stands in the shared tree."""
 
     text: str
     tree: SuffixTree
-    tokens: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)  # its last pieces, depth of them
     active: list[int] = field(default_factory=list)
     shared: list[int] = field(default_factory=list)
     version: int = -1
@@ -264,7 +264,9 @@ class SuffixDrafter(Drafter):
 
     The context is cut into the target's own token pieces (greedy longest match over its vocabulary,
     as prompt lookup does), only where it is new since the last proposal. Its pieces carry no
-    probabilities, so sampled answers are verified by sample-match.
+    probabilities, so sampled answers are verified by sample-match. A proposal at a 4,000-piece context
+    costs about 15 us (40 us with a shared tree that matches); an answer's first proposal reads its
+    whole prompt (about 40 ms for 3,000 pieces), and `finish` adds an answer in about 10 ms.
     """
 
     kind = SUFFIX
@@ -323,7 +325,7 @@ class SuffixDrafter(Drafter):
         if len(context) > len(found.text):
             new = self.tokens(context[len(found.text):])
             found.text = context
-            found.tokens += new
+            found.tokens = (found.tokens + new)[-self.depth:]
             found.active = found.tree.extend(found.active, new)
             if found.version == self.store.version:
                 for token in new:
