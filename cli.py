@@ -1,8 +1,11 @@
-"""Command line: serve | proxy | models | generate | bench | bench-overhead. `python cli.py COMMAND --help` for each."""
+"""Command line: serve | proxy | models | generate | bench, and the benchmark probes bench-overhead |
+bench-verification | bench-decode | bench-ceiling | bench-proxy | bench-soak. `python cli.py COMMAND --help`
+for each."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from pathlib import Path
@@ -205,21 +208,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_bench_overhead(args: argparse.Namespace) -> int:
-    import httpx
-
-    from utils.bench.overhead import run
-    from utils.engine.client import ServerError
-
-    try:
-        print(run(args.host, args.target, args.draft, args.context, args.repeat,
-                  progress=lambda label: print(label, file=sys.stderr, flush=True)))
-    except (RuntimeError, OSError, ValueError, httpx.HTTPError, ServerError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    return 0
-
-
 def _draft_length(text: str) -> int:
     """A fixed draft length K, the one way every command reads it: 0 to the engine's limit."""
     from utils.engine.config import K_LIMIT
@@ -285,6 +273,17 @@ def _non_negative(text: str) -> int:
     return value
 
 
+# Benchmark probes, each a module of utils/bench/ with its own options, run by its main(argv).
+PROBES = {
+    "bench-overhead": ("utils.bench.overhead", "time outside the engine: drafts, bursts, projected speed-up"),
+    "bench-verification": ("utils.bench.verification", "a validator burst's cost against one request's"),
+    "bench-decode": ("utils.bench.decode", "plain decoding: a draft model beside the target, fast batch kernels"),
+    "bench-ceiling": ("utils.bench.ceiling", "the most prompt lookup can give here: a clairvoyant controller"),
+    "bench-proxy": ("utils.bench.proxy", "through the speculative proxy against straight to its upstream"),
+    "bench-soak": ("utils.bench.soak", "soak test of the embedded server: mixed requests, failures, memory"),
+}
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage mistake said in one line instead of the whole usage text."""
 
@@ -294,7 +293,7 @@ class Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="cli.py", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the embedded Ollama-compatible server")
     serve.add_argument("--host", default="127.0.0.1")
@@ -373,11 +372,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="also run llama.cpp's own speculative decoding (llama-server), built on first use")
     bench.set_defaults(run=cmd_bench)
 
-    from utils.bench.overhead import add_arguments
-
-    overhead = commands.add_parser("bench-overhead", help="time outside the engine: drafts, bursts, projected speed-up")
-    add_arguments(overhead)
-    overhead.set_defaults(run=cmd_bench_overhead)
+    for name, (module, help_text) in PROBES.items():  # each reads its own options: cli.py NAME --help
+        probe = commands.add_parser(name, help=help_text, add_help=False, prefix_chars="\0")  # all passed on
+        probe.add_argument("options", nargs=argparse.REMAINDER)
+        probe.set_defaults(run=lambda args, module=module: importlib.import_module(module).main(args.options))
     return parser
 
 

@@ -207,7 +207,7 @@ async def test_eight_concurrent_speculative_answers_equal_their_single_runs(serv
 
 
 def test_soak_keeps_memory_bounded_and_fails_nothing(capsys):
-    """A short run of the soak command (the full one: python -m utils.bench.soak --requests 300)."""
+    """A short run of the soak command (the full one: python cli.py bench-soak --requests 300)."""
     code = soak.main(["--requests", "40", "--time-limit", "240", "--concurrency", "4"])
     out = capsys.readouterr().out
     assert code == 0, out

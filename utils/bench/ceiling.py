@@ -10,7 +10,7 @@ can beat that schedule, since it knows every verdict before asking; where its sp
 goal, the goal is out of reach for prompt lookup with this engine on this machine, whatever the
 controller does.
 
-    .venv/bin/python -m utils.bench.ceiling [--target M] [--category edit summarize] [--limit 6]
+    python cli.py bench-ceiling [--target M] [--category edit summarize] [--limit 6]
         [--k-max 8] [--repeat 3] [--host URL]
 
 It prints the measured costs, then per prompt the answer's length, the schedule's drafts and the
@@ -150,7 +150,7 @@ def report(rows: dict[str, Row], answers: list[tuple], target: str, k_max: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="cli.py bench-ceiling", description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="qwen2.5-coder:1.5b")
     parser.add_argument("--category", nargs="+", default=["edit", "summarize"])
     parser.add_argument("--limit", type=int, default=6, help="the first N prompts of each category")

@@ -10,8 +10,8 @@ With `--fast-batches`: what exactness costs plain decoding. Two embedded servers
 SPEC_FAST_BATCHES=1, answer the same greedy prompt alternately; it prints each one's engine tokens/s
 (`eval_duration`, as the server reports it) and the ratio.
 
-    .venv/bin/python -m utils.bench.decode [--target qwen2.5-coder:1.5b] [--draft qwen2.5-coder:0.5b] [--repeat 3]
-    .venv/bin/python -m utils.bench.decode --fast-batches [--target qwen2.5-coder:1.5b] [--repeat 5]
+    python cli.py bench-decode [--target qwen2.5-coder:1.5b] [--draft qwen2.5-coder:0.5b] [--repeat 3]
+    python cli.py bench-decode --fast-batches [--target qwen2.5-coder:1.5b] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ async def _tokens_per_second(client: ollama.AsyncClient, model: str) -> float:
     return answer.eval_count / (time.perf_counter() - started)
 
 
-async def main(target: str, draft: str, repeat: int) -> None:
+async def draft_beside(target: str, draft: str, repeat: int) -> None:
     with EmbeddedServer() as server:
         client = ollama.AsyncClient(host=server.url)
         await client.generate(model=target, prompt="Hi", raw=True, options={"num_predict": 2})
@@ -83,14 +83,19 @@ async def fast_batches(target: str, repeat: int) -> None:
     print(f"  exact / fast: {exact / fast:.2f}")
 
 
-if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cli.py bench-decode", description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="qwen2.5-coder:1.5b")
     parser.add_argument("--draft", default="qwen2.5-coder:0.5b")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--fast-batches", action="store_true", help="exact against fast batch kernels")
-    arguments = parser.parse_args()
+    arguments = parser.parse_args(argv)
     if arguments.fast_batches:
         asyncio.run(fast_batches(arguments.target, arguments.repeat))
     else:
-        asyncio.run(main(arguments.target, arguments.draft, arguments.repeat))
+        asyncio.run(draft_beside(arguments.target, arguments.draft, arguments.repeat))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

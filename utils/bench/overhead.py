@@ -28,12 +28,13 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from utils.burst import announce
-from utils.engine.client import OllamaClient
+from utils.engine.client import OllamaClient, ServerError
 
 KS = (2, 4, 8)
 RATES = (0.6, 0.7, 0.8, 0.9)
@@ -287,19 +288,23 @@ def run(host: str | None, target: str, draft: str, contexts: list[int], repeat: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    print(run(args.host, args.target, args.draft, args.context, args.repeat))
-    return 0
+    """`cli.py bench-overhead`: the tables on stdout, progress on stderr, a failure as one error line."""
+    import httpx
 
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser = argparse.ArgumentParser(prog="cli.py bench-overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--host", default=None, help="an Ollama server (default: start the embedded server)")
     parser.add_argument("--target", default=SMALL)
     parser.add_argument("--draft", default=SMALL)
     parser.add_argument("--context", type=int, nargs="+", default=[233, 4000], help="context sizes in tokens")
     parser.add_argument("--repeat", type=int, default=7, help="interleaved rounds (medians)")
+    args = parser.parse_args(argv)
+    try:
+        print(run(args.host, args.target, args.draft, args.context, args.repeat,
+                  progress=lambda label: print(label, file=sys.stderr, flush=True)))
+    except (RuntimeError, OSError, ValueError, httpx.HTTPError, ServerError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ and quartiles of those ratios are printed per category and overall. With `--no-b
 is an embedded server that serves one request at a time (as Ollama with OLLAMA_NUM_PARALLEL=1):
 speculation cannot pay there, and the controller must bring the proxy back to standard speed.
 
-    .venv/bin/python -m utils.bench.proxy [--model smollm2:135m] [--drafter lookup] [--no-batch]
+    python cli.py bench-proxy [--model smollm2:135m] [--drafter lookup] [--no-batch]
         [--limit 3] [--repeat 2] [--max-tokens 96] [--upstream http://127.0.0.1:11434]
 
 Beside the speeds it prints how many answers through the proxy were identical to the direct ones, and
@@ -59,7 +59,7 @@ def _quartiles(values: list[float]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m utils.bench.proxy", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cli.py bench-proxy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2:135m")
     parser.add_argument("--drafter", default="lookup")
     parser.add_argument("--no-batch", action="store_true", help="an upstream that serialises requests")

@@ -1,6 +1,6 @@
 """Soak test of the embedded server: several hundred mixed requests, failures counted, memory watched.
 
-    .venv/bin/python -m utils.bench.soak [--requests 300] [--time-limit 900] [--concurrency 4]
+    python cli.py bench-soak [--requests 300] [--time-limit 900] [--concurrency 4]
 
 Starts its own embedded server on 127.0.0.1 (a free port), then sends a bounded number of requests
 within a time limit: streamed and whole generate and chat answers, validator-style bursts of nested
@@ -174,7 +174,7 @@ def report(result: dict, max_growth_mib: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m utils.bench.soak", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="cli.py bench-soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="requests to send (default 300)")
     parser.add_argument("--time-limit", type=float, default=900, help="seconds of load at most (default 900)")
     parser.add_argument("--concurrency", type=int, default=4, help="clients at once (default 4)")

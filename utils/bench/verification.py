@@ -1,11 +1,11 @@
-"""Is a validator burst about as cheap as one request on the embedded server?
+"""Verification's cost: is a validator burst about as cheap as one request on the embedded server?
 
 The prompt-prefix validator checks K drafted tokens by sending K+1 nested one-token requests at
 once (C, C+d1, ..., C+d1..dK). The server is meant to answer them from one evaluation, so the burst
 should cost about what ONE request costs that evaluates the same K extra tokens beyond a cached C.
 This measures both on a warm prefix and prints their ratio next to the goal.
 
-    .venv/bin/python -m utils.bench.validator [--model qwen2.5-coder:1.5b] [--repeat 5]
+    python cli.py bench-verification [--model qwen2.5-coder:1.5b] [--repeat 5]
 """
 
 from __future__ import annotations
@@ -118,15 +118,16 @@ def print_table(rows: list[tuple[int, float, float]]) -> None:
         print(f"{k:>3}  {nested:>10.1f}  {single:>10.1f}  {ratio:>6.2f}  {verdict}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="cli.py bench-verification", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="qwen2.5-coder:1.5b")
     parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     with EmbeddedServer() as server:
         rows = asyncio.run(bench(server.url, args.model, args.repeat))
     print_table(rows)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
