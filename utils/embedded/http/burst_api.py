@@ -4,7 +4,7 @@ Over HTTP each nested request costs its own parsing, routing, JSON and round tri
 apiece on an H100 machine's CPU, more than verifying a drafted token costs on its GPU. A validator
 that finds `"burst_endpoint": true` in `/api/version` sends its burst here instead: a list of
 ordinary `/api/generate` bodies (raw, not streamed, `num_predict` 1), answered with the list of what
-`/api/generate` would answer to each, from the same engine path (one announced burst, so one
+`/api/generate` would answer to each, from the same runner path (one announced burst, so one
 evaluation). Any other Ollama gets the K+1 requests (utils/engine/client.py).
 """
 
