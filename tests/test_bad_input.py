@@ -72,7 +72,7 @@ def assert_one_line_error(code: int, err: str, expected_code: int, *fragments: s
     (["--prompt", ""], "the prompt is empty"),
     (["--prompt", " \n\t "], "the prompt is empty"),
     (["--prompt", "hi", "--k", "-1"], "--k"),
-    (["--prompt", "hi", "--k", "17"], "k must be between 0 and 16"),
+    (["--prompt", "hi", "--k", "17"], "must be a number from 0 to 16"),
     (["--prompt", "hi", "--k", "three"], "--k"),
     (["--prompt", "hi", "--p-min", "1.5"], "--p-min"),
     (["--prompt", "hi", "--p-min", "-0.1"], "--p-min"),

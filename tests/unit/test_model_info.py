@@ -74,7 +74,8 @@ def test_a_request_sends_only_what_the_client_gave() -> None:
     assert request.as_ollama("m") == (True, {"model": "m", "options": {"num_ctx": 8192, "num_predict": 20},
                                              "think": False, "messages": [{"role": "user", "content": "hi"}]})
     with_stop = GenerationRequest(prompt="x", raw=True, options={"num_predict": 5}, stop=["\n"])
-    assert with_stop.options == {"stop": ["\n"]}  # num_predict is the engine's, per request; stop goes on
+    assert with_stop.options == {"stop": ["\n"]}  # num_predict is the engine's, per request
+    assert with_stop.raw_options == {"stop": []}  # the engine applies stops itself, upstream none
     assert GenerationRequest(prompt="x", stop=[]).options == {"temperature": 0}  # no stop: the model's stays
     assert GenerationRequest(prompt="x", options=SamplingOptions(0.5, 10, 1.0, 0.0, 3)).options == {
         "temperature": 0.5, "top_k": 10, "top_p": 1.0, "min_p": 0.0, "seed": 3}

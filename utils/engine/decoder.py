@@ -106,7 +106,7 @@ class SpeculativeDecoder:
             return Plan(info, sampling, stops, code=why[0], reason=why[1], thinking=why[0] == "thinking")
         if self.drafter is None:
             return Plan(info, sampling, stops)
-        if gate := await verification_gate(self.target, info, request.options):
+        if gate := await verification_gate(self.target, info, request.raw_options):
             return Plan(info, sampling, stops, code="server", reason=gate)
         exact = self.drafter.exact_distribution and await self.target.exact_logprobs()
         method = choose_method(sampling, exact)
@@ -220,7 +220,7 @@ class SpeculativeDecoder:
                 doubled = SHORT_SEGMENT_TOKENS << min(max(answer.empty_drafts - 1, 0), 8)
                 tokens = min(doubled, max(tokens, SHORT_SEGMENT_TOKENS))
         # The client's options as sent: upstream merges the model's parameters in, as for a direct request.
-        request = {**answer.request.options, "num_predict": output.remaining}
+        request = {**answer.request.raw_options, "num_predict": output.remaining}
         if not plan.sampling.greedy:
             seed = answer.resume_seed
             request["seed"] = seed if seed is not None else int(answer.rng.integers(0, 2**31 - 1))
@@ -279,7 +279,7 @@ class SpeculativeDecoder:
             answer.empty_drafts = 0
             verdict = await asyncio.wait_for(
                 self.validator.verify(answer.context, draft, answer.plan.sampling, method, answer.rng,
-                                      answer.request.options),
+                                      answer.request.raw_options),
                 self.config.verify_timeout)
         except (TimeoutError, ServerError, OSError) as error:
             yield self._fall_back(answer, error)
@@ -314,7 +314,7 @@ class SpeculativeDecoder:
         try:
             await asyncio.wait_for(
                 self.validator.verify(answer.context[: len(answer.context) - len(text)], Draft(pieces), GREEDY,
-                                      "greedy", np.random.default_rng(0), answer.request.options),
+                                      "greedy", np.random.default_rng(0), answer.request.raw_options),
                 self.config.verify_timeout)
         except (TimeoutError, ServerError, OSError):
             return
@@ -341,7 +341,7 @@ class SpeculativeDecoder:
             # server's last message): one token's request on the cached prompt tells it.
             try:
                 step = await self.target.next_token(self.target_model, answer.prompt,
-                                                    {**answer.request.options, "temperature": 0}, 0, announce(1))
+                                                    {**answer.request.raw_options, "temperature": 0}, 0, announce(1))
                 stats.prompt_tokens = step.prompt_tokens
             except ServerError:
                 pass  # the answer is complete; its statistics lack the prompt's size

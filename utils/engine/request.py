@@ -38,6 +38,10 @@ class GenerationRequest:
         self.options = {key: value for key, value in self.options.items() if key not in ENGINE_OPTIONS}
         if self.stop:  # sent on as the client's own: it replaces the model's stop strings (none: kept)
             self.options["stop"] = list(self.stop)
+        # The sampling options given are checked here, before any request (the rest are upstream's).
+        given = {key: self.options[key] for key in ("temperature", "top_k", "top_p", "min_p")
+                 if self.options.get(key) is not None}
+        SamplingOptions(**given)  # ValueError: "temperature must be 0 or more", ...
         problems = [
             message for bad, message in (
                 (self.max_tokens < -1 or self.max_tokens == 0, "max_tokens must be positive, or -1 for no limit"),
@@ -48,6 +52,14 @@ class GenerationRequest:
         ]
         if problems:
             raise ValueError("; ".join(problems))
+
+    @property
+    def raw_options(self) -> dict[str, Any]:
+        """The options of the engine's own raw requests: the client's, with `stop` empty. The engine
+        applies the answer's stop strings itself (the client's, else the model's); a server that applied
+        them too would hold back a token's text where it might begin one, so that a one-token request
+        answers part of its token and a segment ends short of what was generated."""
+        return {**self.options, "stop": []}
 
     def as_ollama(self, model: str) -> tuple[bool, dict[str, Any]]:
         """(chat, body): this request as a client would send it to `/api/chat` (chat) or `/api/generate`."""
