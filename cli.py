@@ -309,7 +309,7 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--port", type=int, default=None, help="port to listen on (default: SPEC_PROXY_PORT, 11435)")
     proxy.add_argument("--draft-host", default=None, help="the Ollama that runs draft models (default: upstream)")
     proxy.add_argument("--pair", action="append", metavar="TARGET=DRAFTER",
-                       help="speculate for TARGET with DRAFTER, a draft model or 'lookup' (repeatable)")
+                       help="speculate for TARGET with DRAFTER, a draft model, 'lookup' or 'suffix' (repeatable)")
     proxy.add_argument("--k", type=_draft_length, default=None,
                        help="a fixed draft length for every speculated answer (default: the controller chooses "
                             "it, down to forwarding answers where speculation does not pay)")
@@ -335,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--chat", action="store_true", help="apply the model's chat template")
     generate.add_argument("--target", default=get_settings().target_model)
     generate.add_argument("--draft", default=get_settings().draft_model,
-                          help="a draft model, 'lookup' (prompt lookup) or 'none' (standard generation)")
+                          help="a draft model, 'lookup' (prompt lookup), 'suffix' or 'none' (standard)")
     generate.add_argument("--k", type=_draft_length, default=None, help="fixed draft length (default: adaptive)")
     generate.add_argument("--p-min", type=_probability, default=None)
     generate.add_argument("--top-k", type=_non_negative, default=None,

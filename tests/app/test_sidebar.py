@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 import config
 from tests.support.app import (
     open_app,
@@ -117,12 +115,7 @@ def test_explain_goes_by_the_kind_of_error():
     # The words of a message do not decide: a plain ServerError that mentions "not found" stays as it is.
     assert explain(ServerError("file not found; connect later"), settings) == "file not found; connect later"
 
-    def fail() -> None:
-        try:
-            raise ContextFull("input exceeds the context")
-        except ServerError as error:
-            raise GenerationError(error.message, "partial") from None
-
-    with pytest.raises(GenerationError) as caught:
-        fail()
-    assert "no longer fits in the model's context" in explain(caught.value, settings)
+    # A generation error is explained by its typed cause, as the engine raises it.
+    failed = GenerationError.of(ContextFull("input exceeds the context"), "partial")
+    assert "no longer fits in the model's context" in explain(failed, settings)
+    assert explain(GenerationError("the answer ended without its statistics", ""), settings).startswith("the answer")
