@@ -115,7 +115,8 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
                   **{name: r.num_ctx for name, r in models.runners.items()}}
         return {
             "models": [
-                {**_model_entry(store.spec(name)), "expires_at": models.residency.expires_at(name),
+                {**{key: value for key, value in _model_entry(store.spec(name)).items() if key != "modified_at"},
+                 "expires_at": models.residency.expires_at(name),
                  "size_vram": models.runners[name].vram_bytes if name in models.runners else 0,
                  "context_length": num_ctx}
                 for name, num_ctx in loaded.items()
@@ -131,8 +132,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         info["general.parameter_count"] = info.get("general.parameter_count", 0)
         spec = store.spec(runner.name)
         entry = _model_entry(spec)
-        return {
-            "license": "",
+        return {  # no `license`: Ollama leaves an empty one out, and no model here has one
             "modelfile": "\n".join([f"FROM {runner.path}", *modelfile_lines(spec.parameters)]),
             "parameters": show_text(spec.parameters),
             "template": runner.metadata.get("tokenizer.chat_template", "{{ .Prompt }}"),
@@ -163,7 +163,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
             )
             prompt = render_chat(runner, messages, think=think) if messages else ""
         if body.debug_render_only:
-            return _rendered(body.model, prompt)
+            return _rendered(body.model, prompt, chat=False)
         if not body.prompt:  # Ollama answers an empty prompt by only loading the model
             return final_response(body.model, "load", None, load, chat=False, stream=body.stream)
         return await answer(request, runner, body, prompt, load, chat=False, thinking=splitter(think, prompt))
@@ -184,7 +184,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
                                        lambda text: count_tokens(runner, text), runner.num_ctx,
                                        body.truncate is not False) if messages else ("", 0)
         if body.debug_render_only:
-            return _rendered(body.model, prompt)
+            return _rendered(body.model, prompt, chat=True)
         if not messages:
             return final_response(body.model, "load", None, load, chat=True, stream=body.stream)
         return await answer(request, runner, body, prompt, load, chat=True, tools=tools, dropped_messages=dropped,
@@ -204,9 +204,12 @@ def _think(body: ChatBody | GenerateBody) -> Any:
     return (body.model_extra or {}).get("think")
 
 
-def _rendered(model: str, prompt: str) -> Response:
-    """The answer to `_debug_render_only`: the prompt the template made, nothing generated."""
-    return json_response({"model": model, "created_at": now(), "_debug_info": {"rendered_template": prompt}})
+def _rendered(model: str, prompt: str, *, chat: bool) -> Response:
+    """The answer to `_debug_render_only`: the prompt the template made, nothing generated (as Ollama:
+    an empty message or response, `done: false`)."""
+    empty = {"message": {"role": "", "content": ""}} if chat else {"response": ""}
+    return json_response({"model": model, "created_at": now(), **empty, "done": False,
+                          "_debug_info": {"rendered_template": prompt}})
 
 
 def _number(value: str) -> Any:
