@@ -86,7 +86,7 @@ def load_prompts(config: BenchConfig) -> list[dict[str, Any]]:
                 continue
             try:
                 prompt = json.loads(line)
-                missing = {"id", "category", "prompt"} - set(prompt)
+                missing = {"id", "category", "turns" if "turns" in prompt else "prompt"} - set(prompt)
             except json.JSONDecodeError as error:
                 raise ValueError(f"{config.prompts_file}:{number}: not JSON ({error})") from None
             if missing:
@@ -100,7 +100,31 @@ def load_prompts(config: BenchConfig) -> list[dict[str, Any]]:
             if sum(p["category"] == prompt["category"] for p in kept) < config.limit:
                 kept.append(prompt)
         prompts = kept
-    return prompts
+    return [turn for prompt in prompts for turn in _turns(prompt)]
+
+
+def _turns(prompt: dict[str, Any]) -> list[dict[str, Any]]:
+    """A conversation (`turns`: the user's messages) as one prompt per turn, in order, reported by turn
+    (category "turn N"); each turn is asked after the configuration's own answers to the turns before
+    (`_history`). A plain prompt is itself."""
+    if "turns" not in prompt:
+        return [prompt]
+    return [{"id": f"{prompt['id']}/{number}", "category": f"turn {number}", "conversation": prompt["id"],
+             "kind": prompt["category"], "turn": number, "prompt": text, "chat": True,
+             **({"max_tokens": prompt["max_tokens"]} if "max_tokens" in prompt else {})}
+            for number, text in enumerate(prompt["turns"], start=1)]
+
+
+def _history(data: dict[str, Any], prompt: dict[str, Any], repeat: int, configuration: tuple) -> list[dict[str, str]]:
+    """The messages of a conversation turn: the user's earlier turns with this configuration's own
+    answers to them (from the saved runs, so a resumed benchmark continues the same conversations),
+    then this turn."""
+    earlier = sorted((run for run in data["runs"] if run.get("conversation") == prompt.get("conversation")
+                      and (run["repeat"], engine_of(run), run["drafter"], run["k"]) == (repeat, *configuration)
+                      and run["turn"] < prompt.get("turn", 0)), key=lambda run: run["turn"])
+    messages = [m for run in earlier for m in ({"role": "user", "content": run["user"]},
+                                                {"role": "assistant", "content": run["text"]})]
+    return [*messages, {"role": "user", "content": prompt["prompt"]}]
 
 
 def machine() -> dict[str, Any]:
@@ -209,19 +233,24 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                     progress(index - 1, len(plan), f"{prompt['id']}, repeat {repeat + 1}/{config.repeat}: "
                                                    f"{describe(engine, drafter, k)}")
                 max_tokens = config.max_tokens or prompt.get("max_tokens", 128)
+                messages = _history(data, prompt, repeat, (engine, drafter, k)) if "conversation" in prompt else None
                 if engine == PROJECT:
                     request = GenerationRequest(
-                        prompt=prompt["prompt"], raw=not prompt.get("chat", True), max_tokens=max_tokens,
-                        options=SamplingOptions(temperature=config.temperature, seed=repeat),
+                        prompt=prompt["prompt"], messages=messages, raw=not prompt.get("chat", True),
+                        max_tokens=max_tokens, options=SamplingOptions(temperature=config.temperature, seed=repeat),
                         k=None if k == "auto" else int(k),
                     )
                     result = await collect(decoders[drafter], request)
                 else:
-                    result = await anchors[(drafter, k)].complete(client, raw_prompts[prompt["id"]], max_tokens,
-                                                                  config.temperature, seed=repeat)
+                    raw = (await target.render_chat(config.target, messages, settings.engine.context_options())
+                           if messages else raw_prompts[prompt["id"]])
+                    result = await anchors[(drafter, k)].complete(client, raw, max_tokens, config.temperature,
+                                                                  seed=repeat)
+                turn = {key: prompt[key] for key in ("conversation", "turn", "kind") if key in prompt}
                 data["runs"].append({"prompt_id": prompt["id"], "category": prompt["category"], "repeat": repeat,
                                      "engine": engine, "drafter": drafter, "k": k, "target": config.target,
                                      "text": result["text"], "stats": result["stats"], "finished": time.time(),
+                                     **({"user": prompt["prompt"], **turn} if turn else {}),
                                      **{key: result[key] for key in ("llama_timings",) if key in result}})
                 _save(results_path, data)
             if config.temperature == 0 and STANDARD in decoders and "self_consistency" not in data:
@@ -248,8 +277,9 @@ async def _self_consistency(standard: Any, config: BenchConfig, prompts: list[di
     for prompt in prompts:
         if prompt["id"] not in first:
             continue
+        messages = _history(data, prompt, 0, (PROJECT, STANDARD, "0")) if "conversation" in prompt else None
         again = await collect(standard, GenerationRequest(
-            prompt=prompt["prompt"], raw=not prompt.get("chat", True),
+            prompt=prompt["prompt"], messages=messages, raw=not prompt.get("chat", True),
             max_tokens=config.max_tokens or prompt.get("max_tokens", 128), options={"temperature": 0}))
         pairs.append({"prompt_id": prompt["id"], "category": prompt["category"],
                       "same": again["text"] == first[prompt["id"]]})
