@@ -40,7 +40,7 @@ from utils.engine.answer import collect
 from utils.engine.client import OllamaClient
 from utils.engine.decoder import build_decoder
 from utils.engine.drafters import NONE as STANDARD
-from utils.engine.drafters.lookup import LOOKUP
+from utils.engine.drafters import model_free_drafters
 from utils.engine.request import GenerationRequest
 from utils.hosts import servers
 from utils.sampling import SamplingOptions
@@ -167,7 +167,7 @@ def _start_anchors(settings: Settings, config: BenchConfig) -> dict[tuple[str, s
         for engine, drafter, k in config.configurations():
             if engine != NATIVE:
                 continue
-            draft = model_file(drafter) if drafter not in (STANDARD, LOOKUP) else None
+            draft = model_file(drafter) if drafter != STANDARD and drafter not in model_free_drafters() else None
             anchor = NativeServer(binary, target, speculation_args(drafter, k, draft),
                                   threads=os.cpu_count() or 2, num_ctx=settings.engine.num_ctx or DEFAULT_NUM_CTX)
             anchors[(drafter, k)] = anchor

@@ -25,6 +25,7 @@ from __future__ import annotations
 from array import array
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from utils.engine.drafters.base import Draft, Drafter, DraftSetup
 from utils.engine.tokenizers import vocabulary
@@ -285,6 +286,12 @@ class SuffixDrafter(Drafter):
                 self.store.reach[piece[:2]] = max(self.store.reach.get(piece[:2], 0), len(piece))
         self.reach = self.store.reach
         self.open: deque[_Open] = deque(maxlen=OPEN_ANSWERS)
+
+    @classmethod
+    def llama_server_args(cls, k: str, model_path: Path | None) -> list[str] | None:
+        """llama.cpp's nearest kind: `ngram-mod`, n-grams hashed across every request of the server
+        (what Ollama 0.30+ users can switch on with LLAMA_ARG_SPEC_TYPE=ngram-mod)."""
+        return ["--spec-type", "ngram-mod"] + ([] if k == "auto" else ["--spec-draft-n-max", k])
 
     @classmethod
     async def create(cls, choice: str, setup: DraftSetup) -> SuffixDrafter:
