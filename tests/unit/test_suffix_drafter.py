@@ -47,7 +47,7 @@ def test_defaults_are_vllms_and_the_drafter_is_registered() -> None:
     assert SuffixDrafter.exact_distribution is False
     # Beside it in `bench --native`: llama.cpp's ngram-mod, which Ollama 0.30+ users can switch on.
     assert SuffixDrafter.llama_server_args("auto", None) == ["--spec-type", "ngram-mod"]
-    assert SuffixDrafter.llama_server_args("4", None) == ["--spec-type", "ngram-mod", "--spec-draft-n-max", "4"]
+    assert SuffixDrafter.llama_server_args("4", None) == ["--spec-type", "ngram-mod", "--spec-ngram-mod-n-max", "4"]
 
 
 def test_the_trie_counts_every_substring_up_to_its_depth() -> None:

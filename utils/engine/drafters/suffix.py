@@ -291,7 +291,7 @@ class SuffixDrafter(Drafter):
     def llama_server_args(cls, k: str, model_path: Path | None) -> list[str] | None:
         """llama.cpp's nearest kind: `ngram-mod`, n-grams hashed across every request of the server
         (what Ollama 0.30+ users can switch on with LLAMA_ARG_SPEC_TYPE=ngram-mod)."""
-        return ["--spec-type", "ngram-mod"] + ([] if k == "auto" else ["--spec-draft-n-max", k])
+        return ["--spec-type", "ngram-mod"] + ([] if k == "auto" else ["--spec-ngram-mod-n-max", k])
 
     @classmethod
     async def create(cls, choice: str, setup: DraftSetup) -> SuffixDrafter:
