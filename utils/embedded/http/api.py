@@ -142,15 +142,27 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
             "modified_at": entry["modified_at"],
         }
 
-    @app.post("/api/generate")
-    async def generate(body: GenerateBody, request: Request) -> Response:
+    async def unloaded(body: GenerateBody | ChatBody, empty: bool, *, chat: bool) -> Response | None:
+        """Ollama's checks, then its answer to an empty request with keep_alive 0: the model unloaded."""
         body.check()
-        if not body.prompt and await models.unload_now(body.model, body.keep_alive):
-            return final_response(body.model, "unload", None, 0.0, chat=False, stream=body.stream)
+        if empty and await models.unload_now(body.model, body.keep_alive):
+            return final_response(body.model, "unload", None, 0.0, chat=chat, stream=body.stream)
+        return None
+
+    async def loaded(body: GenerateBody | ChatBody) -> tuple[ModelRunner, float, Any]:
+        """The request's model, loaded (its Modelfile parameters under the request's options), the
+        load time, and the request's think mode for it."""
         runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
         body.options = body.options.under(runner.parameters)
         think = think_mode(body.model, runner.metadata.get("tokenizer.chat_template"), _think(body))
         refuse_format(think, body.format)
+        return runner, load, think
+
+    @app.post("/api/generate")
+    async def generate(body: GenerateBody, request: Request) -> Response:
+        if (done := await unloaded(body, not body.prompt, chat=False)) is not None:
+            return done
+        runner, load, think = await loaded(body)
         refuse_unsupported(body.model_extra or {})
         refuse_template_and_context(body.template, body.context)
         if body.suffix:
@@ -170,15 +182,11 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
 
     @app.post("/api/chat")
     async def chat(body: ChatBody, request: Request) -> Response:
-        body.check()
-        if not body.messages and await models.unload_now(body.model, body.keep_alive):
-            return final_response(body.model, "unload", None, 0.0, chat=True, stream=body.stream)
-        runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
-        body.options = body.options.under(runner.parameters)
+        if (done := await unloaded(body, not body.messages, chat=True)) is not None:
+            return done
+        runner, load, think = await loaded(body)
         tools = chat_tools(runner, body)
         messages = [m.model_dump() for m in body.messages]
-        think = think_mode(body.model, runner.metadata.get("tokenizer.chat_template"), _think(body))
-        refuse_format(think, body.format)
         refuse_unsupported(body.model_extra or {}, messages)
         prompt, dropped = fit_messages(messages, lambda kept: render_chat(runner, kept, tools, think),
                                        lambda text: count_tokens(runner, text), runner.num_ctx,
