@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+MIN_TEMPERATURE = 1e-6  # below this sampling is greedy (logits divided by less overflow to NaN)
+
 
 @dataclass(frozen=True)
 class SamplingOptions:

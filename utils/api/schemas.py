@@ -7,9 +7,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from utils.api.http import ApiError
-from utils.sampling import SamplingOptions
+from utils.sampling import MIN_TEMPERATURE, SamplingOptions
 
-MIN_TEMPERATURE = 1e-6  # below this, sampling is greedy
 MAX_TOP_LOGPROBS = 20
 
 

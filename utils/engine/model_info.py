@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from utils.engine.client import OllamaClient, ServerError
-from utils.sampling import SamplingOptions
+from utils.sampling import MIN_TEMPERATURE, SamplingOptions
 
 DEFAULTS = SamplingOptions()  # Ollama's own (api/types.go DefaultOptions)
-MIN_TEMPERATURE = 1e-6  # below this Ollama's sampler is greedy, and dividing by it overflows
 # Parameters the engine does not need to know: they change where or how fast the model runs, not
 # which token it picks (upstream applies them to every request the engine makes, as to a direct one).
 PLACEMENT = {"num_ctx", "num_batch", "num_gpu", "main_gpu", "num_thread", "use_mmap", "use_mlock", "numa",
