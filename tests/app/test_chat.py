@@ -135,7 +135,7 @@ def test_the_qwen_example_picks_the_pair_and_answers_with_it(data_dir):
     [conversation] = stored.conversations()
     question, answer = stored.messages(conversation["id"])
     assert question["content"].startswith("Complete this Python function")
-    assert answer["stats"]["target"] == "qwen2.5-coder:1.5b" and answer["stats"]["drafter"] == "qwen2.5-coder:0.5b"
+    assert answer["stats"].target == "qwen2.5-coder:1.5b" and answer["stats"].drafter == "qwen2.5-coder:0.5b"
 
 
 def test_chat_shows_no_speedup_where_nothing_was_drafted(data_dir):
@@ -171,7 +171,7 @@ def test_a_stopped_answer_keeps_its_text_and_the_rounds_so_far():
     answer = Answer(text="The quick", pieces=[["The quick", "draft"]], live=live, live_at=0.5)
     answer.stop()
     assert answer.stopped and answer.text == "The quick"
-    assert answer.stats["done_reason"] == "stopped" and answer.stats["tokens_per_second"] == pytest.approx(8.0)
+    assert answer.stats.done_reason == "stopped" and answer.stats.tokens_per_second == pytest.approx(8.0)
     assert answer.note == "Stopped after 4 tokens: the partial answer is kept."
 
     nothing = Answer()
@@ -183,12 +183,11 @@ def test_the_chart_says_so_far_only_while_the_answer_streams():
     from utils.app.speed import speedup_so_far
 
     baseline = {"tokens_per_second": 20.0}
-    live = speculative_stats(100, 80, 60, [4] * 20)
-    live["done_reason"] = ""
+    live = speculative_stats(100, 80, 60, [4] * 20, done_reason="")
     assert speedup_so_far(live, baseline, 30.0) == "speed-up so far ×1.50 against the standard baseline"
-    finished = {**live, "done_reason": "stop"}
+    finished = live.model_copy(update={"done_reason": "stop"})
     assert speedup_so_far(finished, baseline, 30.0) == "speed-up ×1.50 against the standard baseline"
-    short = {**finished, "output_tokens": 3, "drafted_tokens": 3}
+    short = finished.model_copy(update={"output_tokens": 3, "drafted_tokens": 3})
     assert "too short an answer" in speedup_so_far(short, baseline, 30.0)
 
 

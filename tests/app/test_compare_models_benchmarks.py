@@ -28,7 +28,7 @@ def test_compare_runs_both_side_by_side(data_dir):
     # Three pairs (the default): the one shown, then two timed only, each in the other order.
     pairs = at.session_state.comparison["pairs"]
     assert [p["order"][0] for p in pairs] == ["standard", "speculative", "standard"]
-    assert all(p["standard"]["mode"] == "standard" and p["speculative"]["drafter"] == "lookup" for p in pairs)
+    assert all(p["standard"].mode == "standard" and p["speculative"].drafter == "lookup" for p in pairs)
 
     at.number_input(key="compare_repeats").set_value(1)
     at.button[0].click().run()  # the next run starts with the other one
@@ -41,10 +41,11 @@ def test_compare_shows_no_speedup_where_nothing_was_drafted():
     def page():  # AppTest runs this function's source alone: it imports what it uses
         from tests.support.app import speculative_stats
         from utils.app.compare import show_comparison
+        from utils.engine.stats import AnswerStats
 
-        standard = {"mode": "standard", "target": "m", "output_tokens": 127, "tokens_per_second": 20.0,
-                    "time_to_first_token_s": 0.2}
-        speculative = {**speculative_stats(127, 0, 0, [0] * 10, tokens_per_second=24.0), "time_to_first_token_s": 0.2}
+        standard = AnswerStats(mode="standard", target="m", output_tokens=127, tokens_per_second=20.0,
+                               time_to_first_token_s=0.2)
+        speculative = speculative_stats(127, 0, 0, [0] * 10, tokens_per_second=24.0, time_to_first_token_s=0.2)
         show_comparison({"order": ["standard", "speculative"], "temperature": 0.0,
                          "standard": {"text": "a", "pieces": [["a", "standard"]], "stats": standard, "note": None},
                          "speculative": {"text": "a", "pieces": [["a", "standard"]], "stats": speculative,
@@ -61,13 +62,14 @@ def test_compare_shows_the_median_and_spread_of_its_pairs_and_says_within_noise(
     def page():  # AppTest runs this function's source alone: it imports what it uses
         from tests.support.app import speculative_stats
         from utils.app.compare import show_comparison
+        from utils.engine.stats import AnswerStats
 
-        def standard(tps: float) -> dict:
-            return {"mode": "standard", "target": "m", "output_tokens": 100, "tokens_per_second": tps,
-                    "time_to_first_token_s": 0.2}
+        def standard(tps: float) -> AnswerStats:
+            return AnswerStats(mode="standard", target="m", output_tokens=100, tokens_per_second=tps,
+                               time_to_first_token_s=0.2)
 
-        def drafted(tps: float) -> dict:
-            return {**speculative_stats(100, 80, 60, [4] * 20, tokens_per_second=tps), "time_to_first_token_s": 0.1}
+        def drafted(tps: float) -> AnswerStats:
+            return speculative_stats(100, 80, 60, [4] * 20, tokens_per_second=tps, time_to_first_token_s=0.1)
 
         orders = [["standard", "speculative"], ["speculative", "standard"], ["standard", "speculative"]]
         pairs = [{"order": o, "standard": standard(20.0), "speculative": drafted(tps)}

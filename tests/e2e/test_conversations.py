@@ -89,7 +89,7 @@ def test_regenerate_the_last_answer_then_edit_and_resend_a_question(page: Page, 
     choose(page, "Drafter", LOOKUP_OPTION)
     set_number(page, "Max tokens", 12)
     send(page, PLANET)
-    assert store.messages(cid)[-1]["stats"]["drafted_tokens"] == 0
+    assert store.messages(cid)[-1]["stats"].drafted_tokens == 0
     caption = assistant_messages(page).last.get_by_test_id("stCaptionContainer").first
     expect(caption).to_contain_text("no speed-up shown: drafted 0 of")
     expect(caption).not_to_contain_text("speed-up ×")

@@ -11,6 +11,7 @@ from streamlit.runtime.pages_manager import PagesManager
 from streamlit.testing.v1 import AppTest
 
 from tests.support.models import SMALL
+from utils.engine.stats import AnswerStats, RoundRecord
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,14 +73,13 @@ def conversation_buttons(at: AppTest) -> list[tuple[str, bool]]:
 
 # The stats of a speculative answer as the app stores them, for pages drawn from stored answers.
 def speculative_stats(output: int, drafted: int, accepted: int, ks: list[int], tokens_per_second: float = 40.0,
-                      drafter: str = "lookup") -> dict:
-    rounds = [{"k": k, "drafted": min(k, drafted), "accepted": 0, "emitted": 1, "seconds": 0.1,
-               "at_seconds": 0.1 * (n + 1)} for n, k in enumerate(ks)]
-    return {"mode": "speculative", "target": SMALL, "drafter": drafter, "done_reason": "stop",
-            "output_tokens": output, "drafted_tokens": drafted, "accepted_tokens": accepted,
-            "drafts": 1 if drafted else 0,
-            "acceptance_rate": accepted / drafted if drafted else 0.0, "tokens_per_second": tokens_per_second,
-            "per_position_acceptance": [], "rounds": rounds, "fallbacks": []}
+                      drafter: str = "lookup", **fields) -> AnswerStats:
+    rounds = [RoundRecord(k=k, drafted=min(k, drafted), accepted=0, emitted=1, seconds=0.1, at_seconds=0.1 * (n + 1))
+              for n, k in enumerate(ks)]
+    return AnswerStats(**{"mode": "speculative", "target": SMALL, "drafter": drafter, "done_reason": "stop",
+                          "output_tokens": output, "drafted_tokens": drafted, "accepted_tokens": accepted,
+                          "drafts": 1 if drafted else 0, "acceptance_rate": accepted / drafted if drafted else 0.0,
+                          "tokens_per_second": tokens_per_second, "rounds": rounds, **fields})
 
 
 MARKDOWN_PIECES = [

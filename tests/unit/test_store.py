@@ -9,12 +9,13 @@ import threading
 import pytest
 
 from utils.app.store import DEFAULT_TITLE, ConversationStore, stats_summary
+from utils.engine.stats import AnswerStats
 
-STATS = {
+STATS = AnswerStats.model_validate({
     "mode": "speculative", "target": "smollm2:135m", "drafter": "lookup", "output_tokens": 12,
     "tokens_per_second": 30.5, "drafted_tokens": 10, "accepted_tokens": 6, "acceptance_rate": 0.6,
     "rounds": [{"k": 4, "drafted": 4, "accepted": 2, "emitted": 3, "seconds": 0.1, "at_seconds": 0.3}],
-}
+})
 PIECES = [["Hello", "draft"], [" there", "correction"], ["<b>", "bonus"]]
 
 
@@ -74,7 +75,7 @@ def test_export_json_holds_everything(store):
                       note="the server stopped answering; partial text kept")
     exported = json.loads(store.export_json(conversation))
     assert exported["title"] == "export me"
-    assert exported["messages"][1]["stats"] == STATS
+    assert AnswerStats.model_validate(exported["messages"][1]["stats"]) == STATS
     assert exported["messages"][1]["note"].startswith("the server stopped")
 
 
@@ -140,7 +141,7 @@ def test_usable_from_several_threads(store):
 
 def test_stats_summary():
     assert stats_summary(STATS) == "speculative (lookup): 12 tokens, 30.5 tokens/s, 60% of drafted tokens accepted"
-    assert stats_summary({"mode": "standard", "output_tokens": 3, "tokens_per_second": 1.0}) == (
+    assert stats_summary(AnswerStats(mode="standard", target="t", output_tokens=3, tokens_per_second=1.0)) == (
         "standard: 3 tokens, 1.0 tokens/s"
     )
 
@@ -203,3 +204,14 @@ def test_preferences_are_kept_as_json_and_replaced(tmp_path):
     ConversationStore(path).set_preferences({"max_tokens": 12})
     assert ConversationStore(path).preferences() == {"max_tokens": 12, "seed": None, "draft_length": "auto",
                                                      "p_min": 0.5}
+
+
+def test_a_row_whose_stats_this_version_cannot_read_shows_its_answer_without_them(store):
+    conversation = store.create("from another version")
+    store.add_message(conversation, "assistant", "kept", stats=STATS)
+    with sqlite3.connect(store.path) as db:  # a schema this version does not know: mode is not one of its own
+        db.execute("UPDATE messages SET stats = ?", (json.dumps({**STATS.model_dump(), "mode": "telepathic"}),))
+    db.close()
+    message = store.messages(conversation)[0]
+    assert message["content"] == "kept" and message["stats"] is None
+    assert "kept" in store.export_markdown(conversation)

@@ -24,6 +24,7 @@ from utils.engine.client import OllamaClient
 from utils.engine.decoder import build_decoder
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent, ThinkingEvent
 from utils.engine.request import GenerationRequest
+from utils.engine.stats import AnswerStats
 from utils.errors import SpecError
 
 # Redraw a streaming answer's text at most this often. Each redraw renders the whole answer and sends
@@ -54,11 +55,11 @@ class Answer:
     text: str = ""
     thinking: str = ""  # a thinking model's reasoning, shown folded above the answer
     pieces: list[list[str]] = field(default_factory=list)
-    stats: dict[str, Any] | None = None
+    stats: AnswerStats | None = None
     note: str | None = None  # why it stopped early, or why it has no text at all
     fallbacks: list[str] = field(default_factory=list)
     stopped: bool = False  # interrupted before the end (Stop, or the page rerun while it streamed)
-    live: Any = field(default=None, repr=False)  # the engine's live AnswerStats, and the time of its last round
+    live: AnswerStats | None = field(default=None, repr=False)  # the engine's live stats, and when its last round ended
     live_at: float = 0.0
 
     @property
@@ -71,9 +72,9 @@ class Answer:
             return
         self.stopped = True
         if self.live is not None:
-            self.stats = self.live.snapshot(self.live_at).model_dump()
-            self.stats["done_reason"] = "stopped"
-        tokens = f"after {self.stats['output_tokens']} tokens" if self.stats else "early"
+            self.stats = self.live.snapshot(self.live_at)
+            self.stats.done_reason = "stopped"
+        tokens = f"after {self.stats.output_tokens} tokens" if self.stats else "early"
         kept = "the partial answer is kept" if self.text else "no text had been generated"
         self.note = f"Stopped {tokens}: {kept}."
 
@@ -147,13 +148,13 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
                     answer.live, answer.live_at = event.stats, event.record.at_seconds
                     if charts and time.monotonic() - drawn_at > CHART_REFRESH_SECONDS:
                         live = event.stats.snapshot(event.record.at_seconds)
-                        chart_slot.plotly_chart(answer_figure(live.model_dump(), baseline), key=chart_key())
+                        chart_slot.plotly_chart(answer_figure(live, baseline), key=chart_key())
                         drawn_at = time.monotonic()
                 elif isinstance(event, FallbackEvent):
                     answer.fallbacks.append(event.reason)
                     notices.warning(f"{event.reason[:1].upper()}{event.reason[1:]}.")  # says what happened next
                 elif isinstance(event, DoneEvent):
-                    answer.text, answer.stats = event.text, event.stats.model_dump()
+                    answer.text, answer.stats = event.text, event.stats
     except GenerationError as error:
         answer.text = error.partial
         kept = "the partial text was kept" if error.partial else "no text was generated"
@@ -165,8 +166,8 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
         raise
     show_thinking(thinking_slot, answer.thinking)
     show_text(text_slot, answer.text, answer.pieces, highlight)
-    if answer.stats and answer.stats["done_reason"] == "length":
-        hit_limit = 0 < request.max_tokens <= answer.stats["output_tokens"]
+    if answer.stats and answer.stats.done_reason == "length":
+        hit_limit = 0 < request.max_tokens <= answer.stats.output_tokens
         if not hit_limit:  # "length" before max_tokens: the server ran out of context
             answer.note = context_full(settings)
     if answer.note:
@@ -187,8 +188,8 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
         show_text(st.container(), message["content"], message.get("pieces"), highlight,
                   copy=message["role"] == "assistant")
         stats = message.get("stats")
-        for fallback in (stats or {}).get("fallbacks", []):
-            st.info(f"After {fallback['at_token']} tokens, {fallback['reason']}.")
+        for fallback in stats.fallbacks if stats else []:
+            st.info(f"After {fallback.at_token} tokens, {fallback.reason}.")
         if message.get("note"):
             st.warning(message["note"])
         if stats:
@@ -198,6 +199,6 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
             with st.expander("Stats"):
                 if not charts:
                     st.plotly_chart(answer_figure(stats, message.get("baseline")), key=f"charts-{message['id']}")
-                st.json(stats, expanded=1)
+                st.json(stats.model_dump(), expanded=1)
         if actions is not None:
             actions()

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from utils.app.speed import speedup_so_far
+from utils.engine.stats import AnswerStats
 
 ACCEPTED_COLOUR = "rgba(46, 160, 67, 0.9)"  # the green of accepted draft tokens, for bars
 REJECTED_COLOUR = "rgba(150, 150, 150, 0.45)"
@@ -23,22 +24,22 @@ def chart_key() -> str:
     return f"live-chart-{next(_chart_numbers)}"
 
 
-def answer_figure(stats: dict[str, Any], baseline: dict[str, Any] | None) -> go.Figure:
+def answer_figure(stats: AnswerStats, baseline: dict[str, Any] | None) -> go.Figure:
     """Acceptance per round and per draft position, and tokens/s over time against the baseline.
 
-    `stats` is an AnswerStats as a dict, finished or live (rounds so far)."""
-    rounds = stats.get("rounds", [])
-    speculative = stats.get("mode") == "speculative"
+    `stats` is finished or live (a snapshot: the rounds so far)."""
+    rounds = stats.rounds
+    speculative = stats.mode == "speculative"
     titles = (["Draft tokens per round", "Acceptance by draft position"] if speculative else []) + ["Tokens/s"]
     figure = make_subplots(rows=1, cols=len(titles), subplot_titles=titles)
     if speculative:
-        drafted = [(number, r) for number, r in enumerate(rounds, start=1) if r["k"] and r["drafted"]]
+        drafted = [(number, r) for number, r in enumerate(rounds, start=1) if r.k and r.drafted]
         numbers = [number for number, _ in drafted]
-        figure.add_bar(x=numbers, y=[r["accepted"] for _, r in drafted], name="accepted",
+        figure.add_bar(x=numbers, y=[r.accepted for _, r in drafted], name="accepted",
                        marker_color=ACCEPTED_COLOUR, row=1, col=1)
-        figure.add_bar(x=numbers, y=[r["drafted"] - r["accepted"] for _, r in drafted], name="rejected",
+        figure.add_bar(x=numbers, y=[r.drafted - r.accepted for _, r in drafted], name="rejected",
                        marker_color=REJECTED_COLOUR, row=1, col=1)
-        positions = stats.get("per_position_acceptance", [])
+        positions = stats.per_position_acceptance
         figure.add_bar(x=list(range(1, len(positions) + 1)), y=positions, name="accepted share",
                        marker_color="rgba(31, 119, 180, 0.8)", showlegend=False, row=1, col=2)
         figure.update_yaxes(range=[0, 1], tickformat=".0%", row=1, col=2)
@@ -46,10 +47,10 @@ def answer_figure(stats: dict[str, Any], baseline: dict[str, Any] | None) -> go.
         figure.update_xaxes(title_text="position", dtick=1, row=1, col=2)
     times, rates, tokens = [], [], 0
     for record in rounds:
-        tokens += record["emitted"]
-        if record["at_seconds"] > 0:
-            times.append(record["at_seconds"])
-            rates.append(tokens / record["at_seconds"])
+        tokens += record.emitted
+        if record.at_seconds > 0:
+            times.append(record.at_seconds)
+            rates.append(tokens / record.at_seconds)
     column = len(titles)
     figure.add_scatter(x=times, y=rates, mode="lines+markers", name="tokens/s", row=1, col=column)
     figure.update_xaxes(title_text="seconds", row=1, col=column)

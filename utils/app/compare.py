@@ -16,6 +16,7 @@ from utils.app.sidebar import Choices
 from utils.app.speed import no_speedup_reason, remember_baseline
 from utils.engine.drafters import NONE
 from utils.engine.events import DoneEvent, GenerationError
+from utils.engine.stats import AnswerStats
 from utils.errors import SpecError
 
 
@@ -44,7 +45,7 @@ def compare(settings: Settings, url: str, choices: Choices, prompt: str, standar
             **{mode: vars(answer) for mode, answer in answers.items()}}
 
 
-def _pair(order: list[str], standard: dict[str, Any] | None, speculative: dict[str, Any] | None) -> dict[str, Any]:
+def _pair(order: list[str], standard: AnswerStats | None, speculative: AnswerStats | None) -> dict[str, Any]:
     return {"order": order, "standard": standard, "speculative": speculative}
 
 
@@ -55,7 +56,7 @@ def _more_pairs(settings: Settings, url: str, choices: Choices, request, order: 
     bar = st.progress(0.0, text=f"Repeating the pair {count} more times, alternating which side goes first…")
     for number in range(count):
         order = order[::-1]
-        stats: dict[str, Any] = {}
+        stats: dict[str, AnswerStats] = {}
         try:
             for mode in order:
                 stats[mode] = timed_answer(settings, url, choices, request, NONE if mode == "standard"
@@ -70,13 +71,13 @@ def _more_pairs(settings: Settings, url: str, choices: Choices, request, order: 
     return pairs
 
 
-def timed_answer(settings: Settings, url: str, choices: Choices, request, drafter: str) -> dict[str, Any]:
+def timed_answer(settings: Settings, url: str, choices: Choices, request, drafter: str) -> AnswerStats:
     """The stats of one whole answer, generated without drawing anything."""
-    async def work() -> dict[str, Any]:
+    async def work() -> AnswerStats:
         async for event in answer_events(choices.decoder_settings(settings), server(settings, url), choices.target,
                                          drafter, request):
             if isinstance(event, DoneEvent):
-                return event.stats.model_dump()
+                return event.stats
         raise GenerationError("the answer ended without its statistics", "")
 
     return run(work)
@@ -84,8 +85,8 @@ def timed_answer(settings: Settings, url: str, choices: Choices, request, drafte
 
 def speedups(pairs: list[dict[str, Any]]) -> list[float]:
     """The speed-up of each pair where speculation really ran (see no_speedup_reason)."""
-    return [pair["speculative"]["tokens_per_second"] / pair["standard"]["tokens_per_second"] for pair in pairs
-            if pair["standard"] and pair["speculative"] and pair["standard"]["tokens_per_second"]
+    return [pair["speculative"].tokens_per_second / pair["standard"].tokens_per_second for pair in pairs
+            if pair["standard"] and pair["speculative"] and pair["standard"].tokens_per_second
             and no_speedup_reason(pair["speculative"]) is None]
 
 
@@ -95,7 +96,7 @@ def show_comparison(result: dict[str, Any], texts: bool = True) -> None:
     if texts:
         for column, mode in zip(st.columns(2), ("standard", "speculative")):
             answer = result[mode]
-            drafter = (answer["stats"] or {}).get("drafter")
+            drafter = answer["stats"].drafter if answer["stats"] else None
             column.subheader(f"Speculative ({drafter})" if drafter else mode.capitalize())
             column.caption("ran first" if result["order"][0] == mode else "ran second")
             show_text(column.container(), answer["text"], answer["pieces"], highlight=True)
@@ -105,10 +106,10 @@ def show_comparison(result: dict[str, Any], texts: bool = True) -> None:
         st.error("One of the runs failed, so there is nothing to compare: see its message above.")
         return
     first, second, rate, speedup = st.columns(4)
-    first.metric("Time to first token, standard", _seconds(standard["stats"]["time_to_first_token_s"]))
-    second.metric("Time to first token, speculative", _seconds(speculative["stats"]["time_to_first_token_s"]))
+    first.metric("Time to first token, standard", _seconds(standard["stats"].time_to_first_token_s))
+    second.metric("Time to first token, speculative", _seconds(speculative["stats"].time_to_first_token_s))
     rate.metric("Tokens/s, standard → speculative",
-                f"{standard['stats']['tokens_per_second']:.1f} → {speculative['stats']['tokens_per_second']:.1f}")
+                f"{standard['stats'].tokens_per_second:.1f} → {speculative['stats'].tokens_per_second:.1f}")
     if reason := no_speedup_reason(speculative["stats"]):
         speedup.metric("Speed-up", "—", help="no figure where speculation hardly ran")
         st.info(f"No speed-up shown: {reason}.")

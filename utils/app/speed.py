@@ -12,6 +12,7 @@ from utils.engine.decoder import build_decoder
 from utils.engine.drafters import NONE, model_free_drafters
 from utils.engine.events import DoneEvent
 from utils.engine.request import GenerationRequest
+from utils.engine.stats import AnswerStats
 
 BASELINE_PROMPT = "Write a short paragraph about the history of the bicycle."
 BASELINE_MAX_TOKENS = 48
@@ -26,13 +27,13 @@ def baseline_text(baseline: dict[str, Any] | None) -> str:
             f"{when(baseline['measured_at'])})")
 
 
-def no_speedup_reason(stats: dict[str, Any], so_far: bool = False) -> str | None:
+def no_speedup_reason(stats: AnswerStats, so_far: bool = False) -> str | None:
     """Why a speculative answer gets no speed-up figure, or None when it can have one.
 
     A speed-up says what drafting did to the speed. An answer too short to time, or one where (almost)
     nothing was drafted, ran at standard speed plus noise: a figure there would credit or blame
     speculation for something it did not do, so the reason is shown instead."""
-    output, drafted = stats.get("output_tokens", 0), stats.get("drafted_tokens", 0)
+    output, drafted = stats.output_tokens, stats.drafted_tokens
     if output < MIN_TOKENS_FOR_SPEEDUP:
         if so_far:
             return f"too few tokens yet ({output}) for a speed-up"
@@ -42,34 +43,33 @@ def no_speedup_reason(stats: dict[str, Any], so_far: bool = False) -> str | None
     return f"drafted {drafted} of {output} tokens: {_why_little_drafted(stats)}"
 
 
-def _why_little_drafted(stats: dict[str, Any]) -> str:
-    if fallbacks := stats.get("fallbacks"):
-        return fallbacks[-1]["reason"]
-    rounds = stats.get("rounds") or []
-    standard = sum(1 for r in rounds if not r.get("k"))
-    if rounds and standard >= len(rounds) / 2:
+def _why_little_drafted(stats: AnswerStats) -> str:
+    if stats.fallbacks:
+        return stats.fallbacks[-1].reason
+    standard = sum(1 for r in stats.rounds if not r.k)
+    if stats.rounds and standard >= len(stats.rounds) / 2:
         return "the controller found drafting did not pay here and generated normally"
-    if stats.get("drafter") in model_free_drafters():
-        return f"{stats['drafter']} found little to propose (it drafts from text that repeats)"
+    if stats.drafter in model_free_drafters():
+        return f"{stats.drafter} found little to propose (it drafts from text that repeats)"
     return "the draft proposed little that the target could check"
 
 
-def speedup_text(stats: dict[str, Any], baseline: dict[str, Any] | None) -> str:
-    if stats.get("mode") == "standard":
-        if stats.get("done_reason") == "stopped":
+def speedup_text(stats: AnswerStats, baseline: dict[str, Any] | None) -> str:
+    if stats.mode == "standard":
+        if stats.done_reason == "stopped":
             return "standard answer, stopped (not used as the baseline)"
         return "standard answer (used as the baseline)"
     if reason := no_speedup_reason(stats):
         return f"no speed-up shown: {reason}"
     if not baseline:
         return "speed-up: no baseline measured yet"
-    speedup = stats["tokens_per_second"] / baseline["tokens_per_second"]
+    speedup = stats.tokens_per_second / baseline["tokens_per_second"]
     return f"speed-up ×{speedup:.2f} against {baseline_text(baseline)}"
 
 
-def speedup_so_far(stats: dict[str, Any], baseline: dict[str, Any] | None, rate: float | None) -> str:
+def speedup_so_far(stats: AnswerStats, baseline: dict[str, Any] | None, rate: float | None) -> str:
     """The chart's headline for a speculative answer: "so far" only while it streams (no done_reason yet)."""
-    live = not stats.get("done_reason")
+    live = not stats.done_reason
     if reason := no_speedup_reason(stats, so_far=live):
         return f"no speed-up shown: {reason}"
     if baseline and rate:
@@ -78,25 +78,25 @@ def speedup_so_far(stats: dict[str, Any], baseline: dict[str, Any] | None, rate:
     return "speed-up: no baseline measured yet"
 
 
-def remember_baseline(conversations: ConversationStore, url: str, stats: dict[str, Any], how: str) -> None:
+def remember_baseline(conversations: ConversationStore, url: str, stats: AnswerStats, how: str) -> None:
     """A finished standard answer (not a stopped one) is the newest baseline for its server and target."""
-    finished = stats.get("done_reason") != "stopped"
-    measured = stats.get("output_tokens", 0) > 1 and stats.get("tokens_per_second")
-    if finished and measured and stats.get("mode") == "standard":
-        what = f"{how}, {stats['output_tokens']} tokens"
-        conversations.set_baseline(url, stats["target"], stats["tokens_per_second"], what)
+    finished = stats.done_reason != "stopped"
+    measured = stats.output_tokens > 1 and stats.tokens_per_second
+    if finished and measured and stats.mode == "standard":
+        what = f"{how}, {stats.output_tokens} tokens"
+        conversations.set_baseline(url, stats.target, stats.tokens_per_second, what)
 
 
 def measure_baseline(settings: Settings, url: str, target: str) -> dict[str, Any]:
     """A short greedy standard generation, timed like any answer; saved as the baseline."""
     client = server(settings, url)
 
-    async def generate() -> dict[str, Any]:
+    async def generate() -> AnswerStats:
         decoder = await build_decoder(settings.engine, client, target, NONE)
         request = GenerationRequest(prompt=BASELINE_PROMPT, max_tokens=BASELINE_MAX_TOKENS)
         async for event in decoder.stream(request):
             if isinstance(event, DoneEvent):
-                return event.stats.model_dump()
+                return event.stats
         raise RuntimeError("the decoder ended without a result")
 
     stats = run(generate)

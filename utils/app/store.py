@@ -15,6 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from utils.engine.stats import AnswerStats
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -121,14 +125,15 @@ class ConversationStore:
     # -- messages --------------------------------------------------------------------------------
 
     def add_message(self, conversation_id: int, role: str, content: str, *, pieces: list | None = None,
-                    stats: dict[str, Any] | None = None, note: str | None = None,
+                    stats: AnswerStats | None = None, note: str | None = None,
                     baseline: dict[str, Any] | None = None, stopped: bool = False, thinking: str | None = None) -> int:
         stamp = now()
+        stats_json = stats.model_dump_json() if stats else None  # the one place stats become JSON
         with self._connect() as db:
             cursor = db.execute(
                 "INSERT INTO messages (conversation_id, role, content, pieces, stats, note, baseline, stopped,"
                 " created_at, thinking) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, content, _dump(pieces), _dump(stats), note, _dump(baseline), int(stopped),
+                (conversation_id, role, content, _dump(pieces), stats_json, note, _dump(baseline), int(stopped),
                  stamp, thinking or None),
             )
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (stamp, conversation_id))
@@ -146,7 +151,7 @@ class ConversationStore:
                 "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
             ).fetchall()
         return [
-            {**dict(row), "pieces": _load(row["pieces"]), "stats": _load(row["stats"]),
+            {**dict(row), "pieces": _load(row["pieces"]), "stats": _load_stats(row["stats"]),
              "baseline": _load(row["baseline"]), "stopped": bool(row["stopped"])}
             for row in rows
         ]
@@ -187,8 +192,9 @@ class ConversationStore:
         conversation = self.conversation(conversation_id)
         if conversation is None:
             raise KeyError(f"no conversation {conversation_id}")
-        return json.dumps({**conversation, "messages": self.messages(conversation_id)}, indent=2,
-                          ensure_ascii=False)
+        messages = [{**message, "stats": message["stats"] and message["stats"].model_dump()}
+                    for message in self.messages(conversation_id)]
+        return json.dumps({**conversation, "messages": messages}, indent=2, ensure_ascii=False)
 
     def export_markdown(self, conversation_id: int) -> str:
         conversation = self.conversation(conversation_id)
@@ -204,14 +210,12 @@ class ConversationStore:
         return "\n".join(lines)
 
 
-def stats_summary(stats: dict[str, Any]) -> str:
+def stats_summary(stats: AnswerStats) -> str:
     """One line about an answer, e.g. 'speculative (lookup): 24 tokens, 31.0 tokens/s, 60% accepted'."""
-    mode = stats.get("mode", "?")
-    if stats.get("drafter"):
-        mode += f" ({stats['drafter']})"
-    text = f"{mode}: {stats.get('output_tokens', 0)} tokens, {stats.get('tokens_per_second', 0.0):.1f} tokens/s"
-    if stats.get("drafted_tokens"):
-        text += f", {stats['acceptance_rate']:.0%} of drafted tokens accepted"
+    mode = stats.mode + (f" ({stats.drafter})" if stats.drafter else "")
+    text = f"{mode}: {stats.output_tokens} tokens, {stats.tokens_per_second:.1f} tokens/s"
+    if stats.drafted_tokens:
+        text += f", {stats.acceptance_rate:.0%} of drafted tokens accepted"
     return text
 
 
@@ -225,3 +229,14 @@ def _dump(value: Any) -> str | None:
 
 def _load(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def _load_stats(text: str | None) -> AnswerStats | None:
+    """A message's statistics as written. A row this version cannot read (written by another version
+    of the schema, or edited by hand) shows its answer without statistics instead of failing the page."""
+    if text is None:
+        return None
+    try:
+        return AnswerStats.model_validate_json(text)
+    except ValidationError:
+        return None
