@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -388,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: invalid settings in the environment or .env: {_problems(error)}", file=sys.stderr)
         return 2
     args = build_parser().parse_args(argv)
+    # `kill PID` ends a command as Ctrl-C does, through its `finally` blocks, so that the servers it
+    # started (the benchmark's llama-servers, an embedded server) are stopped rather than left running.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     return args.run(args)
 
 

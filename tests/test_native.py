@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +22,7 @@ from utils.bench.native import NativeError, NativeServer, server_binary, specula
 from utils.bench.report import NATIVE, PROJECT
 from utils.bench.runner import BenchConfig, run_bench
 
+ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = [
     {"id": "code-1", "category": "code", "prompt": "def fibonacci(n):", "chat": False, "max_tokens": 24},
     {"id": "chat-1", "category": "chat", "prompt": "Write a Python function that reverses a string.",
@@ -82,3 +87,30 @@ def test_a_model_llama_server_cannot_load_is_reported_with_its_log(tmp_path):
     assert anchor.process.poll() is not None
     with pytest.raises(ProcessLookupError):
         os.kill(anchor.process.pid, 0)
+
+
+def test_a_benchmark_ended_by_kill_stops_the_llama_servers_it_started(tmp_path, server_url):
+    """`kill PID` (SIGTERM) ends `cli.py bench --native` as Ctrl-C does: its llama-servers are stopped,
+    not left running (they were, before cli.py turned SIGTERM into an exit through `finally`)."""
+    before = _llama_servers()
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({**PROMPTS[0], "max_tokens": 2000}) + "\n")
+    bench = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "bench", "--prompts", str(prompts),
+                              "--target", TARGET, "--draft", "lookup", "--native", "--host", server_url,
+                              "--out", str(tmp_path / "run")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started: set[int] = set()
+    try:
+        deadline = time.monotonic() + 180
+        while not (started := _llama_servers() - before) and bench.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert started, "the benchmark started no llama-server"
+        bench.terminate()
+        assert bench.wait(timeout=60) == 128 + signal.SIGTERM
+        deadline = time.monotonic() + 30
+        while _llama_servers() & started and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _llama_servers() & started
+    finally:
+        bench.kill()
+        for pid in _llama_servers() & started:  # left by a failure above: stopped here, not by the next test
+            os.kill(pid, signal.SIGKILL)

@@ -22,6 +22,7 @@ import asyncio
 import json
 import os
 import platform
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -147,8 +148,11 @@ def _save(path: Path, data: dict[str, Any]) -> None:
     os.replace(partial, path)
 
 
-def _start_anchors(settings: Settings, config: BenchConfig) -> dict[tuple[str, str], NativeServer]:
-    """One llama-server per native (drafter, K), on the bundled GGUF files of the same model names."""
+def _start_anchors(settings: Settings, config: BenchConfig, anchors: dict[tuple[str, str], NativeServer],
+                   stopping: threading.Event) -> None:
+    """One llama-server per native (drafter, K), on the bundled GGUF files of the same model names, into
+    `anchors`. It runs in a worker thread, which a signal does not interrupt: when the benchmark ends
+    meanwhile (`stopping`), it starts no more and stops those it started, the last one included."""
     store = ModelStore(settings.models_dir)
 
     def model_file(name: str) -> Path:
@@ -162,10 +166,9 @@ def _start_anchors(settings: Settings, config: BenchConfig) -> dict[tuple[str, s
 
     binary = server_binary()
     target = model_file(config.target)
-    anchors: dict[tuple[str, str], NativeServer] = {}
     try:
         for engine, drafter, k in config.configurations():
-            if engine != NATIVE:
+            if engine != NATIVE or stopping.is_set():
                 continue
             draft = model_file(drafter) if drafter != STANDARD and drafter not in model_free_drafters() else None
             anchor = NativeServer(binary, target, speculation_args(drafter, k, draft),
@@ -173,10 +176,12 @@ def _start_anchors(settings: Settings, config: BenchConfig) -> dict[tuple[str, s
             anchors[(drafter, k)] = anchor
             anchor.start()
     except BaseException:
-        for anchor in anchors.values():
-            anchor.stop()
+        stopping.set()
         raise
-    return anchors
+    finally:
+        if stopping.is_set():
+            for anchor in anchors.values():
+                anchor.stop()
 
 
 async def _raw_prompts(target: OllamaClient, config: BenchConfig, settings: Settings,
@@ -221,7 +226,12 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                 await collect(decoders[drafter], GenerationRequest(prompt="Hello", max_tokens=4, k=2))
         if config.native:
             raw_prompts = await _raw_prompts(target, config, settings, prompts)
-            anchors = await asyncio.to_thread(_start_anchors, settings, config)
+            stopping = threading.Event()
+            try:
+                await asyncio.to_thread(_start_anchors, settings, config, anchors, stopping)
+            except BaseException:  # ended meanwhile (Ctrl-C, kill): the thread stops what it started
+                stopping.set()
+                raise
             data["native"] = {"anchor": ANCHOR, "commands": {f"{d} k={k}": a.command for (d, k), a in anchors.items()}}
         async with httpx.AsyncClient(timeout=settings.engine.request_timeout) as client:
             for anchor in anchors.values():
