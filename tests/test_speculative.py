@@ -274,3 +274,29 @@ async def test_stats_add_up(server_url):
     assert {origin for _, origin in result["pieces"]} <= {"draft", "correction", "bonus", "standard"}
     assert sum(1 for _, o in result["pieces"] if o == "draft") <= stats["accepted_tokens"]
     assert 0 < stats["time_to_first_token_s"] < stats["total_seconds"]
+
+
+async def test_the_cost_of_verifying_after_empty_drafts_is_measured_at_the_longest_draft(server_url, monkeypatch):
+    """Where drafts come back empty, the controller measures what a verification costs to learn whether
+    any K could pay. Measured at the short K an empty draft was asked for, the embedded server on a
+    2-core CPU looked as if none could (its fixed cost spread over 3 tokens), and whole conversations
+    went standard; measured at the longest K it may choose, the answer is the one that matters."""
+    from utils.engine.drafters.base import Draft
+    from utils.engine.drafters.lookup import PromptLookupDrafter
+
+    async def finds_nothing(self, context: str, k: int, options: SamplingOptions) -> Draft:
+        return Draft()  # a prompt with nothing to copy (made certain: the answer's own words may repeat)
+
+    measured: list[tuple[int, int]] = []
+    real = DraftLengthController.record_verification
+
+    def record_verification(self: DraftLengthController, k: int, seconds: float) -> None:
+        measured.append((k, self.k_max))
+        real(self, k, seconds)
+
+    monkeypatch.setattr(PromptLookupDrafter, "propose", finds_nothing)
+    monkeypatch.setattr(DraftLengthController, "record_verification", record_verification)
+    request = GenerationRequest(messages=[{"role": "user", "content": "Tell a short story about a lighthouse."}],
+                                max_tokens=48)
+    await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)
+    assert measured and all(k == k_max == 8 for k, k_max in measured), measured

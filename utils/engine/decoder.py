@@ -272,7 +272,7 @@ class SpeculativeDecoder:
             if not draft.pieces:  # nothing to verify: a short standard segment, then draft again
                 controller.record_round(k, 0, 0, drafted_at - round_started, 0.0)
                 if not controller.verify_seconds:
-                    await self._measure_verification(answer, k)
+                    await self._measure_verification(answer, min(controller.fixed_k or controller.k_max, RECENT_TOKENS))
                 answer.short_segment = True
                 answer.empty_drafts += 1
                 return
@@ -305,7 +305,11 @@ class SpeculativeDecoder:
         """What verifying K tokens costs on this server, measured once with the target's own last K
         tokens as the draft: where drafts keep coming back empty, a server that evaluates a burst's
         requests one at a time would otherwise never be found out (the controller's `can_pay`).
-        Nothing is emitted from it; a failure only leaves the cost unknown."""
+        K is the longest draft the controller may choose, where a verification's fixed cost is spread
+        over the most tokens: measured at a short K (the one the empty draft was asked for), the
+        embedded server on a 2-core CPU looked as if no K could pay (K = 2: 115 ms against 36 ms a
+        token), and whole conversations went standard although K = 8 pays where drafts copy earlier
+        answers. Nothing is emitted from it; a failure only leaves the cost unknown."""
         pieces = list(answer.recent)[-k:]
         text = "".join(pieces)
         if len(pieces) < k or "\ufffd" in text or not answer.context.endswith(text):
