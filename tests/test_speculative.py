@@ -35,8 +35,9 @@ EQUALITY_TOKENS = 32
 
 @pytest.mark.parametrize(
     "target, drafter",
-    [(TARGET, DRAFT), ("qwen2.5-coder:0.5b", SMALL), ("qwen2.5-coder:0.5b", "lookup")],
-    ids=["qwen-pair", "smollm2-cross-tokenizer", "prompt-lookup"],
+    [(TARGET, DRAFT), ("qwen2.5-coder:0.5b", SMALL), ("qwen2.5-coder:0.5b", "lookup"),
+     ("qwen2.5-coder:0.5b", "suffix")],
+    ids=["qwen-pair", "smollm2-cross-tokenizer", "prompt-lookup", "suffix"],
 )
 async def test_greedy_speculative_equals_standard(server_url, target, drafter):
     drafted = accepted = 0
@@ -159,6 +160,28 @@ async def test_sampling_keeps_the_target_distribution(server_url, target, drafte
     chi2 = sum((o - e) ** 2 / e for o, e in cells)
     assert sum(seen[t] for t in seen if t not in expected) == 0, seen  # nothing the target cannot sample
     assert chi2 < CHI2_CRITICAL_001[len(cells) - 1], (chi2, seen, expected)
+
+
+CONVERSATIONS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" / "conversations.jsonl").open()]
+
+
+@pytest.mark.parametrize("conversation", [CONVERSATIONS[0], CONVERSATIONS[6]], ids=lambda c: c["id"])
+async def test_greedy_conversations_are_standard_turn_by_turn_with_model_free_drafters(server_url, conversation):
+    """Every turn of a multi-turn edit (and an agent loop) through lookup and suffix decoding, each turn's
+    history the earlier standard answers: the answers are the standard ones, and the later turns,
+    which repeat the earlier answers, were drafted (K = 4 fixed: every draft is verified)."""
+    history: list[dict[str, str]] = []
+    drafted = {"lookup": 0, "suffix": 0}
+    for turn in conversation["turns"]:
+        history.append({"role": "user", "content": turn})
+        request = GenerationRequest(messages=list(history), max_tokens=64, k=4)
+        standard = await answer(server_url, "qwen2.5-coder:0.5b", "none", request)
+        for drafter in drafted:
+            speculative = await answer(server_url, "qwen2.5-coder:0.5b", drafter, request)
+            assert speculative["text"] == standard["text"], (drafter, len(history))
+            drafted[drafter] += speculative["stats"]["drafted_tokens"] if len(history) > 1 else 0
+        history.append({"role": "assistant", "content": standard["text"]})
+    assert drafted["suffix"] > 0 and drafted["lookup"] > 0, drafted  # speculation ran on the later turns
 
 
 # -- faults and adaptation -------------------------------------------------------------------------

@@ -227,3 +227,28 @@ def test_an_empty_draft_is_a_probe_that_did_not_pay():
     # A draft that pays (5 tokens in 70 ms against 50 ms a token) brings frequent probes back.
     controller.record_round(k=4, drafted=4, accepted=4, draft_seconds=0.01, verify_seconds=0.06)
     assert controller.probe_every == PROBE_EVERY
+
+
+def test_a_confident_draft_is_cut_where_one_more_piece_no_longer_pays() -> None:
+    controller = measured(k_max=8)  # a standard token: 50 ms, 20 tokens/s
+    controller.record_verification(8, 0.2)  # verifying 8 pieces: 200 ms, about 10% less per piece fewer
+    # Nothing verified yet: a piece survives as often as its confidence bin's centre says.
+    assert controller.cut(8, [0.99] * 8) == 8  # 1 + .95 + ... + .95^8 = 7.40 tokens in 200 ms
+    assert controller.cut(8, [0.55] * 8) == 0  # 2.21 tokens in 200 ms: 11 a second, standard does 20
+    # Four sure pieces, then four unlikely ones: 4.52 tokens in 190 ms; a fifth adds 0.04 for 2.5 ms more.
+    assert controller.cut(8, [0.99] * 4 + [0.05] * 4) == 4
+
+
+def test_what_a_confidence_is_worth_is_learned_from_the_verifications() -> None:
+    controller = measured(k_max=8)
+    controller.record_round(8, 8, 2, 0.0, 0.2, confidence=[0.99] * 8)  # two survived, the third did not
+    # Bin 0.9-1.0 blended three times: 0.95 -> 0.96 (kept) -> 0.968 (kept) -> 0.7744 (rejected).
+    assert controller.by_confidence[9] == pytest.approx(0.7744)
+    assert controller.by_confidence[:9] == pytest.approx([(b + 0.5) / 10 for b in range(9)])  # untouched
+    assert controller.cut(8, [0.99] * 8) == 0  # no longer worth verifying on this server
+
+
+def test_a_draft_is_verified_whole_with_a_fixed_k_without_confidences_or_before_standard_speed_is_known() -> None:
+    assert DraftLengthController(k_max=8, fixed_k=4).cut(4, [0.01] * 4) == 4
+    assert DraftLengthController(k_max=8).cut(4, [0.01] * 4) == 4  # the standard speed is not known yet
+    assert measured(k_max=8).cut(4, []) == 4

@@ -32,7 +32,7 @@ async def test_k_limits_the_number_of_pieces() -> None:
 async def test_the_continuation_is_read_up_to_k_times_the_longest_piece() -> None:
     lookup = drafter()
     assert lookup.longest_piece == 7  # " return"
-    assert lookup._continuation(CODE, 2 * lookup.longest_piece) == "x): return x\n#"  # 14 characters
+    assert lookup._continuation(CODE, 2 * lookup.longest_piece)[0] == "x): return x\n#"  # 14 characters
     # Long k: the whole rest of the context after the match, split until the end of the text.
     assert (await lookup.propose(CODE, 16, GREEDY)).pieces == [
         "x", "):", " return", " x", "\n", "#", " again", "\n", "def", " foo", "("
@@ -51,24 +51,24 @@ async def test_no_earlier_occurrence_no_draft() -> None:
 
 
 def test_the_shortest_suffix_is_min_match() -> None:
-    assert drafter()._continuation("xyzw 1234 xyzw", 100) == " 1234 xyzw"
-    assert drafter(min_match=5)._continuation("xyzw 1234 xyzw", 100) == ""
+    assert drafter()._continuation("xyzw 1234 xyzw", 100)[0] == " 1234 xyzw"
+    assert drafter(min_match=5)._continuation("xyzw 1234 xyzw", 100)[0] == ""
 
 
 def test_the_latest_earlier_occurrence_is_used() -> None:
-    assert drafter()._continuation("KEY=1 KEY=2 KEY=", 1) == "2"
+    assert drafter()._continuation("KEY=1 KEY=2 KEY=", 1)[0] == "2"
 
 
 def test_a_longer_suffix_wins_over_a_later_shorter_one() -> None:
     # "abcdefgh" (8) occurred at the start, followed by "-1"; only "efgh" (4) occurred later, before "-2".
     context = "abcdefgh-1 ZZefgh-2 abcdefgh"
-    assert drafter()._continuation(context, 2) == "-1"
-    assert drafter(max_match=4)._continuation(context, 2) == "-2"
+    assert drafter()._continuation(context, 2)[0] == "-1"
+    assert drafter(max_match=4)._continuation(context, 2)[0] == "-2"
 
 
 def test_a_suffix_longer_than_half_the_context_is_not_tried() -> None:
     # The 8-character suffix would need 16 characters of context; the 4-character one is used instead.
-    assert drafter()._continuation("ab12cd 12cd", 3) == " 12"
+    assert drafter()._continuation("ab12cd 12cd", 3)[0] == " 12"
 
 
 def test_registration_and_anchor_arguments() -> None:
@@ -83,3 +83,10 @@ def test_registration_and_anchor_arguments() -> None:
 @pytest.mark.parametrize("vocabulary", [set(), {"a"}])
 def test_longest_piece_of_a_tiny_vocabulary(vocabulary: set[str]) -> None:
     assert PromptLookupDrafter(vocabulary).longest_piece == 1
+
+
+async def test_each_piece_carries_the_matched_length_over_the_longest_sought() -> None:
+    # "def foo(" (8 characters) occurred before: the longest match sought, so full confidence.
+    assert (await drafter(max_match=8).propose(CODE, 4, GREEDY)).confidence == [1.0] * 4
+    # Seeking up to 16 characters, only the last 4 ("foo(") are found again: 4 / 16.
+    assert (await drafter(max_match=16).propose(CODE, 4, GREEDY)).confidence == [0.25] * 4

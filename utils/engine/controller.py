@@ -11,6 +11,12 @@ one at a time), whole answers go standard (`skips`): one request, nothing in bet
 Now and then an answer speculates anyway, since the server or the prompts may have changed: the 8th
 skipped answer, then, while those retries keep not paying, the 16th, 32nd, up to the 64th, so that
 a server where speculation never pays costs little more than going to it directly.
+
+A draft whose pieces carry the drafter's own confidence (a draft model's probability, a suffix
+tree's count ratio, a lookup's match length) is cut to the length that pays (`cut`): the chance
+that a piece survives is what the controller measured for pieces as confident, in bins of 0.1,
+starting from what the drafter says. A free drafter (no model call) is asked at every step, so a
+conversation turn that copies an earlier answer is verified where it copies, and nowhere else.
 """
 
 from __future__ import annotations
@@ -26,10 +32,15 @@ MARGIN = 1.02  # speculation must beat standard by this factor: noise should not
 SKIP_AFTER = 4  # probes in a row that did not pay, after which whole answers go standard ...
 RETRY_ANSWERS = 8  # ... but for one answer in this many, which speculates anyway ...
 MAX_RETRY_ANSWERS = 64  # ... doubled after each retry that did not pay, up to this
+CONFIDENCE_BINS = 10  # a drafter's confidence is calibrated in this many bins of [0, 1]
 
 
 def _blend(old: float | None, new: float) -> float:
     return new if old is None else (1 - SMOOTHING) * old + SMOOTHING * new
+
+
+def _bin(confidence: float) -> int:
+    return min(max(int(confidence * CONFIDENCE_BINS), 0), CONFIDENCE_BINS - 1)
 
 
 @dataclass
@@ -49,6 +60,10 @@ class DraftLengthController:
     failed_probes: int = 0  # rounds in a row that drafted something and did not pay
     skipped: int = 0  # answers in a row that went standard because speculation could not pay
     retry_every: int = RETRY_ANSWERS  # the answer that speculates again after so many (skips)
+    # P(a piece is accepted | the ones before it were) by the drafter's confidence in it, by bin:
+    # at first what the drafter says (each bin's centre), then what verifications showed.
+    by_confidence: list[float] = field(
+        default_factory=lambda: [(b + 0.5) / CONFIDENCE_BINS for b in range(CONFIDENCE_BINS)])
 
     def __post_init__(self) -> None:
         if not self.acceptance:
@@ -90,6 +105,26 @@ class DraftLengthController:
             return best
         return 0
 
+    def cut(self, drafted: int, confidence: list[float]) -> int:
+        """How many of a draft's `drafted` pieces to verify: the length with the best expected tokens
+        per second, each piece surviving as often as pieces as confident did here; 0 where no length
+        beats standard generation. All of them with a fixed K, without confidences, or before the
+        standard speed is known."""
+        if self.fixed_k is not None or len(confidence) < drafted or self.standard_seconds_per_token is None:
+            return drafted
+        expected, reach, best, best_rate = 1.0, 1.0, 0, 0.0
+        for length, value in enumerate(confidence[:drafted], 1):
+            reach *= self.by_confidence[_bin(value)]
+            expected += reach
+            rate = expected / max(self.round_seconds(length), 1e-6)
+            if rate > best_rate:
+                best, best_rate = length, rate
+        return best if best_rate * self.standard_seconds_per_token > MARGIN else 0
+
+    def probing(self) -> bool:
+        """Whether the next round is a probe (K chosen although it did not pay): verified whole, to learn."""
+        return self.standard_streak >= self.probe_every
+
     def can_pay(self) -> bool:
         """Whether some draft length measured here beats standard generation if every drafted token
         is accepted (K + 1 tokens a round); True until a verification has been measured."""
@@ -124,9 +159,10 @@ class DraftLengthController:
     # -- learning ------------------------------------------------------------------------------
 
     def record_round(self, k: int, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float,
-                     unseen: int = 0) -> None:
+                     unseen: int = 0, confidence: list[float] | None = None) -> None:
         """One round: `unseen` is how many tokens the drafter had not seen before drafting (in a run of
-        rounds, the previous round's emitted tokens; after a standard segment, the whole segment)."""
+        rounds, the previous round's emitted tokens; after a standard segment, the whole segment);
+        `confidence`, the drafter's estimate for each piece verified."""
         self.standard_streak = 0
         if drafted and unseen > drafted + 1 and self.draft_seconds_per_token is not None:
             catch_up = max(draft_seconds - self.draft_seconds_per_token * drafted, 0.0)
@@ -148,6 +184,9 @@ class DraftLengthController:
             self.verify_seconds[drafted] = _blend(self.verify_seconds.get(drafted), verify_seconds)
         for position in range(min(accepted + 1, drafted)):
             self.acceptance[position] = _blend(self.acceptance[position], 1.0 if position < accepted else 0.0)
+            if confidence and position < len(confidence):
+                index = _bin(confidence[position])
+                self.by_confidence[index] = _blend(self.by_confidence[index], 1.0 if position < accepted else 0.0)
         if drafted < k and drafted < len(self.acceptance):
             # The drafter stopped early (p_min): the positions after it would likely fail too.
             self.acceptance[drafted] = _blend(self.acceptance[drafted], 0.0)

@@ -201,10 +201,15 @@ class SpeculativeDecoder:
         controller finds that no K pays; never past the token limit or the room left in the context."""
         if answer.drafter is None or answer.short_segment:
             return 0
-        output = answer.output
+        output, controller = answer.output, answer.controller
         limit = answer.context_limit
         room = limit - (answer.context_tokens + output.tokens) - 2 if limit and answer.context_tokens else 1 << 30
-        return answer.controller.choose(min(output.remaining - 1, room))
+        limit = min(output.remaining - 1, room)
+        k = controller.choose(limit)
+        if k == 0 and answer.drafter.free and controller.standard_seconds_per_token is not None:
+            # A free drafter's proposal costs microseconds: ask it, and verify what `cut` finds pays.
+            k = max(0, min(controller.k_max, limit))
+        return k
 
     async def _standard_segment(self, answer: _Answer) -> AsyncIterator[Event]:
         """Standard generation of about a segment's tokens (exactly what the target writes).
@@ -265,12 +270,16 @@ class SpeculativeDecoder:
         round_started = time.perf_counter()
         try:
             options = self._draft_options(answer)
-            draft = await asyncio.wait_for(drafter.propose(answer.context, k, options), self.config.draft_timeout)
+            proposed = await asyncio.wait_for(drafter.propose(answer.context, k, options), self.config.draft_timeout)
+            # A probe is verified whole: that is how the controller learns what its drafts are worth.
+            draft = proposed if controller.probing() else proposed.head(controller.cut(len(proposed),
+                                                                                       proposed.confidence))
             drafted_at = time.perf_counter()
             seen = answer.drafter_saw if answer.drafter_saw is not None else -answer.stats.prompt_tokens
             unseen, answer.drafter_saw = answer.output.tokens - seen, answer.output.tokens
-            if not draft.pieces:  # nothing to verify: a short standard segment, then draft again
-                controller.record_round(k, 0, 0, drafted_at - round_started, 0.0)
+            if not draft.pieces:  # nothing (worth) verifying: a short standard segment, then draft again
+                if not proposed.pieces:  # a draft cut whole is no round: nothing was verified
+                    controller.record_round(k, 0, 0, drafted_at - round_started, 0.0)
                 if not controller.verify_seconds:
                     await self._measure_verification(answer, min(controller.fixed_k or controller.k_max, RECENT_TOKENS))
                 answer.short_segment = True
@@ -287,7 +296,7 @@ class SpeculativeDecoder:
         verified_at = time.perf_counter()
         drafter.update(draft, verdict.accepted)
         controller.record_round(k, len(draft), verdict.accepted, drafted_at - round_started, verified_at - drafted_at,
-                                unseen)
+                                unseen, draft.confidence)
         answer.context_tokens = verdict.prompt_tokens - answer.output.tokens
         answer.note_prompt_tokens(answer.context_tokens)
         before = answer.output.tokens

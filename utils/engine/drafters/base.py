@@ -25,9 +25,17 @@ class Draft:
     pieces: list[str] = field(default_factory=list)
     # For rejection sampling: the draft's top log-probabilities at each position (raw, as Ollama gives).
     top_logprobs: list[dict[str, float]] = field(default_factory=list)
+    # The drafter's own estimate, in [0, 1], that each piece survives if the ones before it did (a
+    # draft model's probability, a suffix tree's count ratio); the controller learns how far to trust
+    # it (controller.py `cut`). Empty: the drafter has no estimate, and only the position counts.
+    confidence: list[float] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.pieces)
+
+    def head(self, length: int) -> Draft:
+        """The first `length` pieces, with what goes with them."""
+        return Draft(self.pieces[:length], self.top_logprobs[:length], self.confidence[:length])
 
 
 @dataclass
@@ -49,6 +57,9 @@ class Drafter:
     # True when its pieces come with the draft's own distribution over the target's tokens: then, with
     # sampling, the validator may use rejection sampling instead of sample-match.
     exact_distribution: bool = False
+    # True when proposing costs no model call (microseconds): the decoder may then ask for a draft
+    # at every step and verify it only where the draft's confidence says it pays.
+    free: ClassVar[bool] = False
 
     name: str = NONE  # what the statistics call it: its kind, or the draft model's name
 

@@ -21,6 +21,7 @@ class PromptLookupDrafter(Drafter):
 
     kind = LOOKUP
     name = LOOKUP
+    free = True
     description = "prompt lookup, no model"
 
     def __init__(self, vocabulary: set[str], *, min_match: int = 12, max_match: int = 64):
@@ -40,11 +41,14 @@ class PromptLookupDrafter(Drafter):
     async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
         if k <= 0:
             return Draft()
-        continuation = self._continuation(context, k * self.longest_piece)
-        return Draft(pieces=self._split(continuation, k))
+        continuation, match = self._continuation(context, k * self.longest_piece)
+        pieces = self._split(continuation, k)
+        # One estimate for every piece: the longer the end that matched, the likelier a copy.
+        return Draft(pieces=pieces, confidence=[match / self.max_match] * len(pieces))
 
-    def _continuation(self, context: str, limit: int) -> str:
-        """Longest suffix (min_match..max_match chars) that occurred earlier: what came after it."""
+    def _continuation(self, context: str, limit: int) -> tuple[str, int]:
+        """Longest suffix (min_match..max_match chars) that occurred earlier: what came after it, and
+        the suffix's length."""
         for size in (self.max_match, 32, 16, self.min_match):
             if size > len(context) // 2:
                 continue
@@ -52,8 +56,8 @@ class PromptLookupDrafter(Drafter):
             at = context.rfind(suffix, 0, len(context) - 1)
             if at >= 0:
                 start = at + size
-                return context[start : start + limit]
-        return ""
+                return context[start : start + limit], size
+        return "", 0
 
     def _split(self, text: str, k: int) -> list[str]:
         pieces: list[str] = []

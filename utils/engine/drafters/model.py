@@ -68,6 +68,7 @@ class ModelDrafter(Drafter):
                 return True
             draft.pieces.append(token.text)
             draft.top_logprobs.append(token.top)
+            draft.confidence.append(1.0 if token.logprob is None else math.exp(token.logprob))
             if len(draft) == k:
                 return True
         return False

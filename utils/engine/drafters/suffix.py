@@ -38,6 +38,7 @@ MIN_TOKEN_PROB = 0.1  # vLLM suffix_decoding_min_token_prob (the paper's thresho
 MAX_ANSWERS = 1000  # answers kept per target (vLLM: 10,000; here MAX_NODES is usually the bound that acts)
 MAX_NODES = 1_000_000  # nodes per target's shared tree: about 23 MB measured (12 bytes a node + branches)
 PROMPT_TAIL = MAX_DEPTH - 1  # pieces of the prompt kept before each answer in the shared tree
+MATCH_TRUSTED = 8  # a match of this many pieces or more counts fully in a piece's confidence
 OPEN_ANSWERS = 8  # answer trees a drafter keeps (answers in progress at once; the next turn of a chat)
 
 
@@ -207,6 +208,15 @@ def speculate(tree: SuffixTree, active: list[int], k: int, factor: float = MAX_S
     return best
 
 
+def confidence(proposal: Proposal) -> list[float]:
+    """Each piece's survival estimate: its count ratio (the running probability over the one before),
+    weighed by how long a match it continues, since a ratio of 1 after a 2-piece match is one
+    occurrence, and after a 16-piece one a copy. The controller calibrates it by what it measures."""
+    weight = min(proposal.match / MATCH_TRUSTED, 1.0)
+    ratios = [b / a for a, b in zip([1.0, *proposal.probs], proposal.probs)]
+    return [ratio * weight for ratio in ratios]
+
+
 class _Store:
     """What one target's drafters share: its piece ids and the tree of its finished answers."""
 
@@ -272,6 +282,7 @@ class SuffixDrafter(Drafter):
 
     kind = SUFFIX
     name = SUFFIX
+    free = True
     description = "suffix decoding: this answer's and earlier answers' continuations, no model"
 
     def __init__(self, vocabulary: set[str], target: str = "", *, depth: int = MAX_DEPTH,
@@ -314,7 +325,7 @@ class SuffixDrafter(Drafter):
             if token < 0:  # a character the vocabulary has no piece for: the target writes it otherwise
                 break
             pieces.append(texts[token])
-        return Draft(pieces=pieces)
+        return Draft(pieces=pieces, confidence=confidence(best)[: len(pieces)])
 
     def finish(self, prompt: str, output: str) -> None:
         """An answer is complete: it goes into its target's shared tree, after the end of its prompt."""
