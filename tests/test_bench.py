@@ -74,3 +74,19 @@ def test_the_shipped_prompt_set_is_varied_enough():
     assert len(prompts) >= 40
     assert {p["category"] for p in prompts} == {"code", "edit", "summarize", "chat"}
     assert len({p["id"] for p in prompts}) == len(prompts)
+
+
+async def test_the_clairvoyant_ceiling_of_each_model_free_drafter_over_a_conversation(server_url, tmp_path):
+    from utils.bench.ceiling import measure
+
+    conversation = {"id": "again", "category": "code-edit", "max_tokens": 24,
+                    "turns": ["Write a Python function add(a, b).", "Write exactly the same function again."]}
+    prompts_file = tmp_path / "conversation.jsonl"
+    prompts_file.write_text(json.dumps(conversation) + "\n")
+    prompts = load_prompts(BenchConfig(prompts_file, SMALL, ["lookup"]))
+    report = await measure(server_url, SMALL, prompts, ["lookup", "suffix"], k_max=2, repeat=1)
+    lookup, suffix = report.split("\n\n")
+    assert lookup.startswith(f"{SMALL}, lookup, a clairvoyant controller (K up to 2)")
+    assert suffix.startswith(f"{SMALL}, suffix, a clairvoyant controller (K up to 2)")
+    for part in (lookup, suffix):  # a row per turn, and medians by turn
+        assert "again/1" in part and "again/2" in part and "median, turn 2" in part and "median, all" in part

@@ -251,7 +251,8 @@ async def test_draft_length_falls_to_zero_when_requests_are_serialised(tmp_path,
     controllers: list[DraftLengthController] = []
     real_choose = DraftLengthController.choose
 
-    def choose(self: DraftLengthController, limit: int | None = None) -> int:
+    def choose(self: DraftLengthController, limit: int | None = None, free: bool = False) -> int:
+        assert not free  # a draft model is no free drafter
         before = copy.deepcopy(self)
         k = real_choose(self, limit)
         decisions.append(Decision(k, limit, before))

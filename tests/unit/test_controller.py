@@ -233,10 +233,10 @@ def test_a_confident_draft_is_cut_where_one_more_piece_no_longer_pays() -> None:
     controller = measured(k_max=8)  # a standard token: 50 ms, 20 tokens/s
     controller.record_verification(8, 0.2)  # verifying 8 pieces: 200 ms, about 10% less per piece fewer
     # Nothing verified yet: a piece survives as often as its confidence bin's centre says.
-    assert controller.cut(8, [0.99] * 8) == 8  # 1 + .95 + ... + .95^8 = 7.40 tokens in 200 ms
-    assert controller.cut(8, [0.55] * 8) == 0  # 2.21 tokens in 200 ms: 11 a second, standard does 20
+    assert controller.cut([0.99] * 8) == 8  # 1 + .95 + ... + .95^8 = 7.40 tokens in 200 ms
+    assert controller.cut([0.55] * 8) == 0  # 2.21 tokens in 200 ms: 11 a second, standard does 20
     # Four sure pieces, then four unlikely ones: 4.52 tokens in 190 ms; a fifth adds 0.04 for 2.5 ms more.
-    assert controller.cut(8, [0.99] * 4 + [0.05] * 4) == 4
+    assert controller.cut([0.99] * 4 + [0.05] * 4) == 4
 
 
 def test_what_a_confidence_is_worth_is_learned_from_the_verifications() -> None:
@@ -245,10 +245,26 @@ def test_what_a_confidence_is_worth_is_learned_from_the_verifications() -> None:
     # Bin 0.9-1.0 blended three times: 0.95 -> 0.96 (kept) -> 0.968 (kept) -> 0.7744 (rejected).
     assert controller.by_confidence[9] == pytest.approx(0.7744)
     assert controller.by_confidence[:9] == pytest.approx([(b + 0.5) / 10 for b in range(9)])  # untouched
-    assert controller.cut(8, [0.99] * 8) == 0  # no longer worth verifying on this server
+    assert controller.cut([0.99] * 8) == 0  # no longer worth verifying on this server
 
 
-def test_a_draft_is_verified_whole_with_a_fixed_k_without_confidences_or_before_standard_speed_is_known() -> None:
-    assert DraftLengthController(k_max=8, fixed_k=4).cut(4, [0.01] * 4) == 4
-    assert DraftLengthController(k_max=8).cut(4, [0.01] * 4) == 4  # the standard speed is not known yet
-    assert measured(k_max=8).cut(4, []) == 4
+def test_a_draft_is_verified_whole_with_a_fixed_k_or_before_standard_speed_is_known() -> None:
+    assert DraftLengthController(k_max=8, fixed_k=4).cut([0.01] * 4) == 4
+    assert DraftLengthController(k_max=8).cut([0.01] * 4) == 4  # the standard speed is not known yet
+
+
+def test_a_free_drafter_is_asked_for_the_longest_draft_where_no_k_pays() -> None:
+    controller = measured(k_max=8)
+    controller.record_verification(8, 1.0)  # 20 standard tokens' time: nothing pays
+    assert controller.choose(6) == 0 and controller.choose(6, free=True) == 6
+    assert DraftLengthController(k_max=8).choose(free=True) == 0  # the standard speed comes first
+
+
+def test_a_draft_that_was_not_verified_teaches_only_the_positions_the_target_decided() -> None:
+    controller = measured(k_max=8)
+    # Three pieces at 0.95: the target then wrote the first two and contradicted the third.
+    controller.observe_confidence([0.95, 0.95, 0.95, 0.35], accepted=2, decided=3)
+    assert controller.by_confidence[9] == pytest.approx(0.7744)  # kept, kept, rejected (as above)
+    assert controller.by_confidence[3] == pytest.approx(0.35)  # the fourth was never reached
+    controller.observe_confidence([0.35], accepted=0, decided=0)  # the target has not got that far
+    assert controller.by_confidence[3] == pytest.approx(0.35)

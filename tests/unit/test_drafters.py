@@ -115,3 +115,15 @@ def test_anchor_arguments_of_a_draft_model(tmp_path) -> None:
 def test_a_drafts_length_counts_its_pieces_not_their_characters() -> None:
     assert len(Draft()) == 0
     assert len(Draft(["def", " f", "(x"], [{}, {}, {}])) == 3
+
+
+@pytest.mark.parametrize(("text", "graded"), [
+    ("def f(x):", (3, 3)),  # all three pieces written
+    ("def g(x):", (1, 2)),  # " f" contradicted: one accepted, the second decided against
+    ("def", (1, 1)),  # the target has not reached the second piece: undecided
+    ("de", (0, 0)),  # nor the first
+    ("", (0, 0)),
+    ("class A:", (0, 1)),
+])
+def test_a_draft_held_against_what_the_target_wrote(text: str, graded: tuple[int, int]) -> None:
+    assert Draft(["def", " f", "(x"]).graded(text) == graded

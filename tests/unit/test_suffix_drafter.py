@@ -196,8 +196,8 @@ async def test_each_piece_carries_its_count_ratio_weighed_by_its_match_length() 
     for times, end in ((1, "D E F G"), (1, "D E F H"), (2, "D E Z"), (4, "D Y"), (8, "X")):
         for _ in range(times):
             suffix.finish("", f"P Q R S A B C {end}")
-    # Running probabilities 0.5, 0.25, 0.125 are ratios of 0.5 each, after a 7-piece match: 7/8 of them.
-    assert (await suffix.propose("P Q R S A B C", 8, GREEDY)).confidence == pytest.approx([0.4375] * 3)
+    # Running probabilities 0.5, 0.25, 0.125 are ratios of 0.5 each, after a 7-piece match: 7/11 of them.
+    assert (await suffix.propose("P Q R S A B C", 8, GREEDY)).confidence == pytest.approx([0.5 * 7 / 11] * 3)
     # " Z" twice, once followed by " Q" (the other is the context's end): a ratio of 0.5 after a
-    # 1-piece match, weighed 1/8.
-    assert (await drafter("w").propose("A Z Q R S T U V W X B Z", 8, GREEDY)).confidence == [0.0625]
+    # 1-piece match, weighed 1/5.
+    assert (await drafter("w").propose("A Z Q R S T U V W X B Z", 8, GREEDY)).confidence == [0.1]

@@ -1,7 +1,10 @@
-"""The most prompt lookup can give with this engine on this machine: a clairvoyant controller's speed-up.
+"""The most a model-free drafter can give with this engine on this machine: a clairvoyant controller's speed-up.
 
-For each benchmark prompt the target's standard greedy answer is generated, token by token. At every
-position the lookup drafter's proposal is compared with the tokens that really follow, so what a
+For each benchmark prompt the target's standard greedy answer is generated, token by token; a
+conversation (prompts/conversations.jsonl) turn by turn, each turn after the standard answers to the
+turns before, and each answer then given to the drafters (`finish`: the suffix drafter's tree of
+earlier answers learns it, as in a session). At every position each drafter's proposal (lookup,
+suffix) is compared with the tokens that really follow, so what a
 draft of each K would have had accepted is known in advance. With the costs measured on this server
 (a standard token and a validator burst of K + 1 rows, interleaved, medians), dynamic programming
 then finds the cheapest way through the answer: at each position either one standard token, or a
@@ -10,8 +13,8 @@ can beat that schedule, since it knows every verdict before asking; where its sp
 goal, the goal is out of reach for prompt lookup with this engine on this machine, whatever the
 controller does.
 
-    python cli.py bench-ceiling [--target M] [--category edit summarize] [--limit 6]
-        [--k-max 8] [--repeat 3] [--host URL]
+    python cli.py bench-ceiling [--target M] [--draft lookup --draft suffix] [--prompts FILE]
+        [--category edit summarize] [--limit 6] [--k-max 8] [--repeat 3] [--host URL]
 
 It prints the measured costs, then per prompt the answer's length, the schedule's drafts and the
 bound, from wall times (what the decoding loop pays, HTTP included) and from the engine times the
@@ -30,8 +33,8 @@ from pathlib import Path
 from utils.bench.overhead import Bench, Row
 from utils.bench.runner import BenchConfig, load_prompts
 from utils.engine.client import OllamaClient
-from utils.engine.drafters.lookup import PromptLookupDrafter
-from utils.engine.tokenizers import vocabulary
+from utils.engine.config import EngineConfig
+from utils.engine.drafters import Drafter, DraftSetup, build_drafter, model_free_drafters
 from utils.sampling import GREEDY
 
 NUM_CTX = 4096
@@ -67,8 +70,8 @@ def eager(accepted: list[list[int]], standard: float, burst: dict[int, float]) -
     return seconds
 
 
-async def accepted_lengths(drafter: PromptLookupDrafter, prompt: str, tokens: list[str], k_max: int) -> list[list[int]]:
-    """For each position of the answer, what a lookup draft of 1..K pieces there would get accepted."""
+async def accepted_lengths(drafter: Drafter, prompt: str, tokens: list[str], k_max: int) -> list[list[int]]:
+    """For each position of the answer, what the drafter's draft of 1..K pieces there would get accepted."""
     table = []
     for i in range(len(tokens)):
         draft = await drafter.propose(prompt + "".join(tokens[:i]), k_max, GREEDY)
@@ -98,30 +101,40 @@ async def measure_costs(bench: Bench, context: str, tokens: list[str], k_max: in
     return rows
 
 
-async def measure(url: str, target: str, prompts: list[dict], k_max: int, repeat: int) -> str:
+async def measure(url: str, target: str, prompts: list[dict], drafters: list[str], k_max: int, repeat: int,
+                  max_tokens: int | None = None) -> str:
     server, bench = OllamaClient(url, timeout=600.0), Bench(url, target, target)
     try:
         bench.num_ctx = NUM_CTX
-        drafter = PromptLookupDrafter((await vocabulary(server, target))[1])
-        answers = []
+        setup = DraftSetup(server, target, server, EngineConfig())
+        built = {name: await build_drafter(name, setup) for name in drafters}
+        answers: dict[str, list[tuple]] = {name: [] for name in drafters}
+        history: dict[str, list[dict[str, str]]] = {}  # a conversation's turns so far, with the standard answers
+        longest: tuple[str, list[str]] = ("", [])
         for prompt in prompts:
             text = prompt["prompt"]
+            messages = [*history.get(prompt.get("conversation", ""), []), {"role": "user", "content": text}]
             if prompt.get("chat", True):
-                text = await server.render_chat(target, [{"role": "user", "content": text}], {"num_ctx": NUM_CTX})
-            tokens = await standard_answer(server, target, text, prompt.get("max_tokens", 128))
-            answers.append((prompt, text, tokens, await accepted_lengths(drafter, text, tokens, k_max)))
-        _, context, tokens, _ = max(answers, key=lambda answer: len(answer[2]))
-        rows = await measure_costs(bench, context, tokens, k_max, repeat)
+                text = await server.render_chat(target, messages, {"num_ctx": NUM_CTX})
+            tokens = await standard_answer(server, target, text, max_tokens or prompt.get("max_tokens", 128))
+            for name, drafter in built.items():
+                assert drafter is not None
+                answers[name].append((prompt, tokens, await accepted_lengths(drafter, text, tokens, k_max)))
+                drafter.finish(text, "".join(tokens))  # what the decoder does once an answer is complete
+            if "conversation" in prompt:
+                history[prompt["conversation"]] = [*messages, {"role": "assistant", "content": "".join(tokens)}]
+            longest = max(longest, (text, tokens), key=lambda pair: len(pair[1]))
+        rows = await measure_costs(bench, *longest, k_max, repeat)
     finally:
         await bench.aclose()
         await server.aclose()
-    return report(rows, answers, target, k_max, repeat)
+    return "\n\n".join(report(rows, answers[name], target, name, k_max, repeat) for name in drafters)
 
 
-def report(rows: dict[str, Row], answers: list[tuple], target: str, k_max: int, repeat: int) -> str:
+def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str, k_max: int, repeat: int) -> str:
     wall = {key: row.median().wall_ms for key, row in rows.items()}
     engine = {key: row.median().engine_ms for key, row in rows.items()}
-    lines = [f"{target}, prompt lookup, a clairvoyant controller (K up to {k_max}); costs: medians of {repeat} "
+    lines = [f"{target}, {drafter}, a clairvoyant controller (K up to {k_max}); costs: medians of {repeat} "
              "interleaved rounds, wall ms / engine ms (x a standard token's engine time)"]
     lines.append(f"  standard token {wall['standard']:7.1f} / {engine['standard']:6.1f}")
     for k in range(1, k_max + 1):
@@ -130,7 +143,7 @@ def report(rows: dict[str, Row], answers: list[tuple], target: str, k_max: int, 
         lines.append(f"  burst, K={k}     {wall[key]:7.1f} / {engine[key]:6.1f}  (x{steps:.2f})")
     lines.append(f"{'prompt':14} {'tokens':>6} {'drafts':>6} {'bound, wall':>11} {'engine':>7} {'eager, wall':>11}")
     bounds: dict[str, list[tuple[float, ...]]] = {}
-    for prompt, _, tokens, accepted in answers:
+    for prompt, tokens, accepted in answers:
         figures, drafts = [], 0
         for costs in (wall, engine):
             bursts = {k: costs[f"burst{k}"] for k in range(1, k_max + 1)}
@@ -152,21 +165,29 @@ def report(rows: dict[str, Row], answers: list[tuple], target: str, k_max: int, 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cli.py bench-ceiling", description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="qwen2.5-coder:1.5b")
-    parser.add_argument("--category", nargs="+", default=["edit", "summarize"])
+    parser.add_argument("--draft", action="append", choices=sorted(model_free_drafters()),
+                        help="a model-free drafter (repeatable; default: lookup)")
+    parser.add_argument("--prompts", type=Path, default=PROMPTS, help="prompts or conversations (JSON lines)")
+    parser.add_argument("--category", nargs="+", default=None,
+                        help="only these categories (default for prompts/bench.jsonl: edit summarize)")
+    parser.add_argument("--max-tokens", type=int, default=None, help="override each prompt's max_tokens")
     parser.add_argument("--limit", type=int, default=6, help="the first N prompts of each category")
     parser.add_argument("--k-max", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--host", default=None, help="an Ollama server (default: start the embedded server)")
     args = parser.parse_args(argv)
-    config = BenchConfig(PROMPTS, args.target, ["lookup"], limit=args.limit, categories=args.category)
+    categories = args.category or (["edit", "summarize"] if args.prompts == PROMPTS else None)
+    drafters = args.draft or ["lookup"]
+    config = BenchConfig(args.prompts, args.target, drafters, limit=args.limit, categories=categories)
     prompts = load_prompts(config)
     if args.host:
-        print(asyncio.run(measure(args.host, args.target, prompts, args.k_max, args.repeat)))
+        print(asyncio.run(measure(args.host, args.target, prompts, drafters, args.k_max, args.repeat, args.max_tokens)))
         return 0
     from utils.embedded.server import EmbeddedServer
 
     with EmbeddedServer() as server:
-        print(asyncio.run(measure(server.url, args.target, prompts, args.k_max, args.repeat)))
+        print(asyncio.run(measure(server.url, args.target, prompts, drafters, args.k_max, args.repeat,
+                                  args.max_tokens)))
     return 0
 
 

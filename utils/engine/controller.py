@@ -90,8 +90,10 @@ class DraftLengthController:
     def speculative_rate(self, k: int) -> float:
         return self.expected_tokens(k) / max(self.round_seconds(k), 1e-6)
 
-    def choose(self, limit: int | None = None) -> int:
-        """K for the next round; `limit` caps it (tokens left, room left in the context)."""
+    def choose(self, limit: int | None = None, free: bool = False) -> int:
+        """K for the next round; `limit` caps it (tokens left, room left in the context). A `free`
+        drafter's proposal costs microseconds: it is asked for the longest draft wherever the standard
+        speed is known, and `cut` then verifies what pays."""
         cap = self.k_max if limit is None else max(0, min(self.k_max, limit))
         if self.fixed_k is not None:
             return min(self.fixed_k, cap)
@@ -103,17 +105,17 @@ class DraftLengthController:
         pays = self.speculative_rate(best) > MARGIN / self.standard_seconds_per_token
         if pays or self.standard_streak >= self.probe_every:
             return best
-        return 0
+        return cap if free else 0
 
-    def cut(self, drafted: int, confidence: list[float]) -> int:
-        """How many of a draft's `drafted` pieces to verify: the length with the best expected tokens
-        per second, each piece surviving as often as pieces as confident did here; 0 where no length
-        beats standard generation. All of them with a fixed K, without confidences, or before the
-        standard speed is known."""
-        if self.fixed_k is not None or len(confidence) < drafted or self.standard_seconds_per_token is None:
-            return drafted
+    def cut(self, confidence: list[float]) -> int:
+        """How many pieces of a draft with these confidences to verify: the length with the best
+        expected tokens per second, each piece surviving as often as pieces as confident did here; 0
+        where no length beats standard generation. All of them with a fixed K or before the standard
+        speed is known."""
+        if self.fixed_k is not None or self.standard_seconds_per_token is None:
+            return len(confidence)
         expected, reach, best, best_rate = 1.0, 1.0, 0, 0.0
-        for length, value in enumerate(confidence[:drafted], 1):
+        for length, value in enumerate(confidence, 1):
             reach *= self.by_confidence[_bin(value)]
             expected += reach
             rate = expected / max(self.round_seconds(length), 1e-6)
@@ -184,12 +186,20 @@ class DraftLengthController:
             self.verify_seconds[drafted] = _blend(self.verify_seconds.get(drafted), verify_seconds)
         for position in range(min(accepted + 1, drafted)):
             self.acceptance[position] = _blend(self.acceptance[position], 1.0 if position < accepted else 0.0)
-            if confidence and position < len(confidence):
-                index = _bin(confidence[position])
-                self.by_confidence[index] = _blend(self.by_confidence[index], 1.0 if position < accepted else 0.0)
+        self.observe_confidence(confidence or [], accepted, min(accepted + 1, drafted))
         if drafted < k and drafted < len(self.acceptance):
             # The drafter stopped early (p_min): the positions after it would likely fail too.
             self.acceptance[drafted] = _blend(self.acceptance[drafted], 0.0)
+
+    def observe_confidence(self, confidence: list[float], accepted: int, decided: int) -> None:
+        """What the first `decided` pieces of a draft turned out to be (the first `accepted` accepted,
+        then one rejected if decided > accepted), by the drafter's confidence in each: from a
+        verification, or from a draft that was not verified, held against the text the target then
+        wrote (the decoder's `_learn_from_unverified`), so that confidences not worth verifying yet
+        are still learned."""
+        for position in range(min(decided, len(confidence))):
+            index = _bin(confidence[position])
+            self.by_confidence[index] = _blend(self.by_confidence[index], 1.0 if position < accepted else 0.0)
 
     def record_verification(self, k: int, seconds: float) -> None:
         """What verifying `k` tokens cost, measured apart from a round (nothing was drafted)."""

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -29,6 +27,7 @@ from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError
 from utils.engine.model_info import loaded_context, model_info
 from utils.engine.output import Output
 from utils.engine.planning import FORMAT_REASON, NO_GAIN_REASON, Plan, standard_reason, verification_gate
+from utils.engine.progress import RECENT_TOKENS, AnswerState
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats, Fallback, RoundRecord
 from utils.engine.validator import PromptPrefixValidator, Verdict, choose_method
@@ -39,44 +38,6 @@ __all__ = ["FORMAT_REASON", "NO_GAIN_REASON", "SpeculativeDecoder", "build_decod
 # After an empty draft: a few tokens, then try drafting again; twice as many after each empty draft
 # in a row (each segment is a request of its own), up to the controller's segment length.
 SHORT_SEGMENT_TOKENS = 4
-RECENT_TOKENS = 16  # the last tokens an answer keeps, to measure what verifying costs (_measure_verification)
-
-
-@dataclass
-class _Answer:
-    """The state of one answer as the loop goes."""
-
-    request: GenerationRequest
-    plan: Plan
-    prompt: str
-    drafter: Drafter | None  # None once speculation has failed for this answer
-    controller: DraftLengthController
-    stats: AnswerStats
-    output: Output
-    rng: np.random.Generator
-    started: float = field(default_factory=time.perf_counter)
-    context_limit: int | None = None  # the context the target is loaded with, where the server says
-    context_tokens: int = 0  # the target's token count for the prompt, as its last answer reported
-    short_segment: bool = False  # the last round emitted nothing: generate a few tokens normally
-    empty_drafts: int = 0  # empty drafts in a row
-    resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
-    drafter_saw: int | None = None  # output tokens in the drafter's last context (None: it saw nothing yet)
-    # The texts of the last tokens of standard segments.
-    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TOKENS))
-
-    @property
-    def context(self) -> str:
-        return self.prompt + self.output.generated
-
-    def note_prompt_tokens(self, count: int) -> None:
-        """The server's token count of the prompt alone, from the first answer that reports one."""
-        if not self.stats.prompt_tokens and count > 0:
-            self.stats.prompt_tokens = count
-
-    def emitted(self, events: list[TextEvent]) -> list[TextEvent]:
-        if events and self.stats.time_to_first_token_s is None:
-            self.stats.time_to_first_token_s = time.perf_counter() - self.started
-        return events
 
 
 class SpeculativeDecoder:
@@ -145,7 +106,7 @@ class SpeculativeDecoder:
         except ServerError as error:
             raise GenerationError.of(error, "") from None
 
-    async def _start(self, request: GenerationRequest, plan: Plan) -> _Answer:
+    async def _start(self, request: GenerationRequest, plan: Plan) -> AnswerState:
         asked = self.drafter
         think = request.think
         if plan.info.thinks and not plan.thinking:
@@ -162,13 +123,13 @@ class SpeculativeDecoder:
                             drafter=asked.name if asked else None, method=plan.method)
         if asked is not None and plan.reason is not None:
             stats.fallbacks.append(Fallback(at_token=0, reason=plan.reason))
-        return _Answer(
+        return AnswerState(
             request=request, plan=plan, prompt=prompt, drafter=None if plan.standard else asked,
             controller=self._controller(plan.method, request.k), stats=stats, context_limit=limit,
             output=Output(plan.stops, request.max_tokens), rng=np.random.default_rng(plan.sampling.seed),
         )
 
-    async def _thinking_answer(self, answer: _Answer) -> AsyncIterator[Event]:
+    async def _thinking_answer(self, answer: AnswerState) -> AsyncIterator[Event]:
         """A thinking answer, made by upstream's own endpoint (the client's request as it is), so that
         `thinking` and the content are split exactly as for a direct request. The reasoning comes as
         ThinkingEvents; the content goes through the output like any standard text."""
@@ -196,22 +157,17 @@ class SpeculativeDecoder:
         answer.stats.observe_standard(record)
         yield RoundEvent(record, answer.stats)
 
-    def _choose_k(self, answer: _Answer) -> int:
+    def _choose_k(self, answer: AnswerState) -> int:
         """The next round's draft length: 0 without a drafter, after an empty round, or when the
         controller finds that no K pays; never past the token limit or the room left in the context."""
         if answer.drafter is None or answer.short_segment:
             return 0
-        output, controller = answer.output, answer.controller
+        output = answer.output
         limit = answer.context_limit
         room = limit - (answer.context_tokens + output.tokens) - 2 if limit and answer.context_tokens else 1 << 30
-        limit = min(output.remaining - 1, room)
-        k = controller.choose(limit)
-        if k == 0 and answer.drafter.free and controller.standard_seconds_per_token is not None:
-            # A free drafter's proposal costs microseconds: ask it, and verify what `cut` finds pays.
-            k = max(0, min(controller.k_max, limit))
-        return k
+        return answer.controller.choose(min(output.remaining - 1, room), free=answer.drafter.free)
 
-    async def _standard_segment(self, answer: _Answer) -> AsyncIterator[Event]:
+    async def _standard_segment(self, answer: AnswerState) -> AsyncIterator[Event]:
         """Standard generation of about a segment's tokens (exactly what the target writes).
 
         It reads on past its length only to finish a character split over tokens, then closes the stream.
@@ -251,19 +207,23 @@ class SpeculativeDecoder:
                         yield event
                     break
                 whole = not chunk.tokens or chunk.tokens[-1].complete
-                if output.done_reason or (count >= tokens and whole):
+                if output.done_reason or (count >= tokens and whole) or (whole and await self._draft_pays(answer)):
                     break
         except ServerError as error:
             raise GenerationError.of(error, output.text) from None
         finished = time.perf_counter()
         if first_token_at is not None:
             answer.controller.record_standard(count, finished - first_token_at)
+        if answer.unverified is not None:  # a draft not verified, graded by what the target wrote after it
+            at, draft = answer.unverified
+            answer.controller.observe_confidence(draft.confidence, *draft.graded(output.generated[at:]))
+            answer.unverified = None
         record = RoundRecord(k=0, emitted=count, seconds=finished - segment_started,
                              at_seconds=finished - answer.started)
         answer.stats.observe_standard(record)
         yield RoundEvent(record, answer.stats)
 
-    async def _speculative_round(self, answer: _Answer, k: int) -> AsyncIterator[Event]:
+    async def _speculative_round(self, answer: AnswerState, k: int) -> AsyncIterator[Event]:
         """Draft up to `k` pieces, verify them all at once, emit what the target chose."""
         drafter, controller, method = answer.drafter, answer.controller, answer.plan.method
         assert drafter is not None and method is not None
@@ -272,13 +232,15 @@ class SpeculativeDecoder:
             options = self._draft_options(answer)
             proposed = await asyncio.wait_for(drafter.propose(answer.context, k, options), self.config.draft_timeout)
             # A probe is verified whole: that is how the controller learns what its drafts are worth.
-            draft = proposed if controller.probing() else proposed.head(controller.cut(len(proposed),
-                                                                                       proposed.confidence))
+            keep = controller.cut(proposed.confidence) if len(proposed.confidence) == len(proposed) else len(proposed)
+            draft = proposed.head(len(proposed) if controller.probing() else keep)
             drafted_at = time.perf_counter()
             seen = answer.drafter_saw if answer.drafter_saw is not None else -answer.stats.prompt_tokens
             unseen, answer.drafter_saw = answer.output.tokens - seen, answer.output.tokens
             if not draft.pieces:  # nothing (worth) verifying: a short standard segment, then draft again
-                if not proposed.pieces:  # a draft cut whole is no round: nothing was verified
+                if proposed.pieces:  # a draft cut whole is no round; what the target writes next grades it
+                    answer.unverified = (len(answer.output.generated), proposed)
+                else:
                     controller.record_round(k, 0, 0, drafted_at - round_started, 0.0)
                 if not controller.verify_seconds:
                     await self._measure_verification(answer, min(controller.fixed_k or controller.k_max, RECENT_TOKENS))
@@ -310,15 +272,30 @@ class SpeculativeDecoder:
         if not verdict.pieces and not verdict.ended:
             answer.short_segment, answer.resume_seed = True, verdict.resume_seed
 
-    async def _measure_verification(self, answer: _Answer, k: int) -> None:
+    async def _draft_pays(self, answer: AnswerState) -> bool:
+        """Whether a free drafter has, now, a draft worth verifying (the standard segment then ends, and
+        the next round proposes it again). Asked after every token of a standard segment, since a
+        proposal costs microseconds: a copy of an earlier answer is verified from where it starts,
+        not from the next segment. A draft not worth it is kept to be graded (`unverified`)."""
+        drafter, controller = answer.drafter, answer.controller
+        if drafter is None or not drafter.free or controller.fixed_k is not None or answer.plan.method is None:
+            return False
+        draft = await drafter.propose(answer.context, controller.k_max, GREEDY)
+        if not draft.pieces or len(draft.confidence) != len(draft):
+            return False
+        if controller.cut(draft.confidence) > 0:
+            return True
+        if answer.unverified is None:
+            answer.unverified = (len(answer.output.generated), draft)
+        return False
+
+    async def _measure_verification(self, answer: AnswerState, k: int) -> None:
         """What verifying K tokens costs on this server, measured once with the target's own last K
         tokens as the draft: where drafts keep coming back empty, a server that evaluates a burst's
         requests one at a time would otherwise never be found out (the controller's `can_pay`).
-        K is the longest draft the controller may choose, where a verification's fixed cost is spread
-        over the most tokens: measured at a short K (the one the empty draft was asked for), the
-        embedded server on a 2-core CPU looked as if no K could pay (K = 2: 115 ms against 36 ms a
-        token), and whole conversations went standard although K = 8 pays where drafts copy earlier
-        answers. Nothing is emitted from it; a failure only leaves the cost unknown."""
+        K is the longest the controller may choose, where a verification's fixed cost is spread over the
+        most tokens (at K = 2 the embedded server on 2 cores looked as if no K could pay, and whole
+        conversations went standard). Nothing is emitted from it; a failure leaves the cost unknown."""
         pieces = list(answer.recent)[-k:]
         text = "".join(pieces)
         if len(pieces) < k or "\ufffd" in text or not answer.context.endswith(text):
@@ -333,7 +310,7 @@ class SpeculativeDecoder:
             return
         answer.controller.record_verification(k, time.perf_counter() - started)
 
-    def _emit(self, answer: _Answer, verdict: Verdict) -> list[TextEvent]:
+    def _emit(self, answer: AnswerState, verdict: Verdict) -> list[TextEvent]:
         """The verdict's pieces through the output (token limit, stop strings), counted by origin."""
         output, stats = answer.output, answer.stats
         events: list[TextEvent] = []
@@ -347,7 +324,7 @@ class SpeculativeDecoder:
             events += answer.emitted(output.end("stop"))
         return events
 
-    async def _done(self, answer: _Answer) -> DoneEvent:
+    async def _done(self, answer: AnswerState) -> DoneEvent:
         stats = answer.stats
         if not stats.prompt_tokens:
             # No request of this answer reported the prompt's size (every segment was closed before the
@@ -368,7 +345,7 @@ class SpeculativeDecoder:
     # -- helpers -------------------------------------------------------------------------------------
 
     @staticmethod
-    def _draft_options(answer: _Answer) -> SamplingOptions:
+    def _draft_options(answer: AnswerState) -> SamplingOptions:
         """Greedy and sample-match draft the most likely pieces; rejection sampling must draw them."""
         if answer.plan.method != "rejection":
             return GREEDY
@@ -377,7 +354,7 @@ class SpeculativeDecoder:
                                seed=int(answer.rng.integers(0, 2**31 - 1)))
 
     @staticmethod
-    def _fall_back(answer: _Answer, error: Exception) -> FallbackEvent:
+    def _fall_back(answer: AnswerState, error: Exception) -> FallbackEvent:
         name = answer.drafter.name if answer.drafter else "draft"
         if isinstance(error, asyncio.TimeoutError):
             reason = f"the draft ({name}) or verification took too long; continuing without speculation"

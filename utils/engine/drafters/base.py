@@ -37,6 +37,20 @@ class Draft:
         """The first `length` pieces, with what goes with them."""
         return Draft(self.pieces[:length], self.top_logprobs[:length], self.confidence[:length])
 
+    def graded(self, text: str) -> tuple[int, int]:
+        """Held against `text`, what the target wrote after it was proposed: (accepted, decided), the
+        pieces the text goes on with, then one more if the text contradicts the next (one it has not
+        reached yet is undecided). As text: where the target splits the same text into other tokens
+        the validator would reject what counts as accepted here, a small error in an estimate."""
+        position = accepted = 0
+        for piece in self.pieces:
+            if not text.startswith(piece, position):
+                break
+            position += len(piece)
+            accepted += 1
+        rejected = accepted < len(self.pieces) and not self.pieces[accepted].startswith(text[position:])
+        return accepted, accepted + rejected
+
 
 @dataclass
 class DraftSetup:

@@ -38,7 +38,7 @@ MIN_TOKEN_PROB = 0.1  # vLLM suffix_decoding_min_token_prob (the paper's thresho
 MAX_ANSWERS = 1000  # answers kept per target (vLLM: 10,000; here MAX_NODES is usually the bound that acts)
 MAX_NODES = 1_000_000  # nodes per target's shared tree: about 23 MB measured (12 bytes a node + branches)
 PROMPT_TAIL = MAX_DEPTH - 1  # pieces of the prompt kept before each answer in the shared tree
-MATCH_TRUSTED = 8  # a match of this many pieces or more counts fully in a piece's confidence
+MATCH_WEIGHT = 4  # a match of this many pieces weighs a piece's count ratio by half (confidence)
 OPEN_ANSWERS = 8  # answer trees a drafter keeps (answers in progress at once; the next turn of a chat)
 
 
@@ -210,9 +210,9 @@ def speculate(tree: SuffixTree, active: list[int], k: int, factor: float = MAX_S
 
 def confidence(proposal: Proposal) -> list[float]:
     """Each piece's survival estimate: its count ratio (the running probability over the one before),
-    weighed by how long a match it continues, since a ratio of 1 after a 2-piece match is one
-    occurrence, and after a 16-piece one a copy. The controller calibrates it by what it measures."""
-    weight = min(proposal.match / MATCH_TRUSTED, 1.0)
+    weighed by how long a match it continues, m / (m + 4), since a ratio of 1 after a 2-piece match is
+    one occurrence, and after a 16-piece one a copy. The controller calibrates it by what it measures."""
+    weight = proposal.match / (proposal.match + MATCH_WEIGHT)
     ratios = [b / a for a, b in zip([1.0, *proposal.probs], proposal.probs)]
     return [ratio * weight for ratio in ratios]
 

@@ -1,0 +1,58 @@
+"""One answer's state as the decoding loop (decoder.py) goes: what it was asked, its plan, drafter and
+controller, its output and statistics so far."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from utils.engine.controller import DraftLengthController
+from utils.engine.drafters import Draft, Drafter
+from utils.engine.events import TextEvent
+from utils.engine.output import Output
+from utils.engine.planning import Plan
+from utils.engine.request import GenerationRequest
+from utils.engine.stats import AnswerStats
+
+RECENT_TOKENS = 16  # the last tokens an answer keeps, to measure what verifying costs (_measure_verification)
+
+
+@dataclass
+class AnswerState:
+    """The state of one answer as the loop goes."""
+
+    request: GenerationRequest
+    plan: Plan
+    prompt: str
+    drafter: Drafter | None  # None once speculation has failed for this answer
+    controller: DraftLengthController
+    stats: AnswerStats
+    output: Output
+    rng: np.random.Generator
+    started: float = field(default_factory=time.perf_counter)
+    context_limit: int | None = None  # the context the target is loaded with, where the server says
+    context_tokens: int = 0  # the target's token count for the prompt, as its last answer reported
+    short_segment: bool = False  # the last round emitted nothing: generate a few tokens normally
+    empty_drafts: int = 0  # empty drafts in a row
+    resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
+    drafter_saw: int | None = None  # output tokens in the drafter's last context (None: it saw nothing yet)
+    unverified: tuple[int, Draft] | None = None  # a draft not worth verifying, and where it was proposed
+    # The texts of the last tokens of standard segments.
+    recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TOKENS))
+
+    @property
+    def context(self) -> str:
+        return self.prompt + self.output.generated
+
+    def note_prompt_tokens(self, count: int) -> None:
+        """The server's token count of the prompt alone, from the first answer that reports one."""
+        if not self.stats.prompt_tokens and count > 0:
+            self.stats.prompt_tokens = count
+
+    def emitted(self, events: list[TextEvent]) -> list[TextEvent]:
+        if events and self.stats.time_to_first_token_s is None:
+            self.stats.time_to_first_token_s = time.perf_counter() - self.started
+        return events
