@@ -9,6 +9,9 @@ decoding. Tokens/s per (prompt, repeat):
     lookup     code-01 19 16 | code-02 10 25 | edit-01 30 40     (lookup drafts on edit-01 only)
     llama.cpp  code-01 25 20 | code-02 20 25 | edit-01 25 25     (code-02 #1 answered differently)
 
+The runs have no time to first token, so the speed-ups are of whole answers (`decode_rate`, tested
+at the end, falls back to tokens/s).
+
 Quartiles are Python's `statistics.quantiles(n=4)` ("exclusive" method): for sorted x1..xn the
 quartile at 1-based position p = i (n + 1) / 4 is interpolated between its neighbours, and
 extrapolated from the two nearest values when p falls outside 1..n (two values).
@@ -22,7 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from utils.bench.report import NATIVE, PROJECT, engine_of, plain_decoding, report_markdown, summarize
+from utils.bench.report import NATIVE, PROJECT, decode_rate, engine_of, plain_decoding, report_markdown, summarize
+from utils.engine.stats import AnswerStats
 
 DATA = Path(__file__).parent / "data" / "results.json"
 DRAFT = "qwen2.5-coder:0.5b"
@@ -169,3 +173,24 @@ def test_acceptance_by_position_adds_up_the_runs_counters(data: dict) -> None:
     assert list(traces[DRAFT].x) == [1, 2, 3, 4]
     # Lookup: 2 edit runs of 3 drafts of 8 with 7 accepted.
     assert list(traces["lookup"].y) == pytest.approx([1.0] * 7 + [0.0])
+
+
+def test_speed_ups_leave_out_the_wait_for_the_first_token() -> None:
+    """41 tokens: the first after 1 s (a cold prompt) or 0.2 s (the same prompt from the cache), then 40
+    in 2 s for both. Whole answers: 13.7 against 18.6 tokens/s, the order of the runs deciding; after
+    the first token: 20 against 20."""
+    cold = AnswerStats(mode="speculative", target="t", output_tokens=41, total_seconds=3.0, time_to_first_token_s=1.0)
+    warm = AnswerStats(mode="standard", target="t", output_tokens=41, total_seconds=2.2, time_to_first_token_s=0.2)
+    for stats in (cold, warm):
+        stats.finish(stats.total_seconds)
+    assert decode_rate(cold) == decode_rate(warm) == pytest.approx(20.0)
+    assert cold.tokens_per_second / warm.tokens_per_second == pytest.approx(2.2 / 3.0)
+    data = {"runs": [
+        {"prompt_id": "p", "category": "c", "repeat": 0, "engine": PROJECT, "drafter": drafter, "k": k,
+         "text": "same", "stats": stats.model_dump()}
+        for drafter, k, stats in (("none", "0", warm), ("lookup", "auto", cold))]}
+    [row] = [r for r in summarize(data) if r["category"] == "c"]
+    assert row["speedup"] == pytest.approx(1.0)
+    no_first_token = AnswerStats(mode="standard", target="t", output_tokens=40, total_seconds=2.0)
+    no_first_token.finish(2.0)
+    assert decode_rate(no_first_token) == 20.0  # unknown (an older run): tokens/s of the whole answer

@@ -133,5 +133,7 @@ class NativeServer:
                             output_tokens=tokens, drafted_tokens=drafted, accepted_tokens=accepted,
                             standard_seconds=seconds if not drafted else 0.0)
         stats.acceptance_rate = acceptance_rate(accepted, drafted)
+        if "prompt_ms" in timings:  # the first token waits for the prompt: what decode_rate leaves out
+            stats.time_to_first_token_s = min(timings["prompt_ms"] / 1e3, seconds)
         stats.finish(seconds)
         return {"text": answer["content"], "stats": stats.model_dump(), "llama_timings": timings}
