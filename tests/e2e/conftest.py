@@ -27,9 +27,10 @@ from tests.support.browser import (
 from tests.support.models import SMALL
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def app_url(server_url: str, tmp_path_factory) -> Iterator[str]:
-    """The app, as a user starts it, on the test server (OLLAMA_HOST), with a fresh data folder."""
+    """The app, as a user starts it, on the test server (OLLAMA_HOST), with a fresh data folder: one per
+    test, since a test may begin where a user begins (no conversations yet) in any order (-p randomly)."""
     with running_app(tmp_path_factory.mktemp("e2e-data"), OLLAMA_HOST=server_url, SPEC_TARGET_MODEL=TARGET) as app:
         yield app.url
 
