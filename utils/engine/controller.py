@@ -103,7 +103,7 @@ class DraftLengthController:
             return 0  # measure standard speed first: the answer starts as fast as it would anyway
         best = max(range(1, cap + 1), key=self.speculative_rate)
         pays = self.speculative_rate(best) > MARGIN / self.standard_seconds_per_token
-        if pays or self.standard_streak >= self.probe_every:
+        if pays or self.probing():
             return best
         return cap if free else 0
 
@@ -195,7 +195,7 @@ class DraftLengthController:
         """What the first `decided` pieces of a draft turned out to be (the first `accepted` accepted,
         then one rejected if decided > accepted), by the drafter's confidence in each: from a
         verification, or from a draft that was not verified, held against the text the target then
-        wrote (the decoder's `_learn_from_unverified`), so that confidences not worth verifying yet
+        wrote (`Draft.graded`, after the decoder's next standard segment), so that confidences not worth verifying yet
         are still learned."""
         for position in range(min(decided, len(confidence))):
             index = _bin(confidence[position])
