@@ -59,10 +59,11 @@ def chat(url: str, model: str, messages: list[dict], **fields) -> dict:
 
 
 def options_sent(tap: Tap) -> list[dict]:
-    """The options of every request the proxy made upstream (generate, chat, bursts' parts)."""
+    """The options of every request the proxy made upstream for text (generate, chat, bursts' parts),
+    not those that only ask about a model (`/api/show`, which a first answer for a model sends)."""
     found = []
-    for _, _, body in tap.received:
-        if isinstance(body, dict):
+    for _, path, body in tap.received:
+        if path in ("/api/generate", "/api/chat", "/speculative/burst") and isinstance(body, dict):
             found += [part.get("options") or {} for part in body.get("requests") or [body]]
     return found
 
