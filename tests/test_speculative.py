@@ -6,7 +6,7 @@ import copy
 import json
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -169,19 +169,22 @@ CONVERSATIONS = [json.loads(line) for line in (Path(__file__).parents[1] / "prom
 async def test_greedy_conversations_are_standard_turn_by_turn_with_model_free_drafters(server_url, conversation):
     """Every turn of a multi-turn edit (and an agent loop) through lookup and suffix decoding, each turn's
     history the earlier standard answers: the answers are the standard ones, and the later turns,
-    which repeat the earlier answers, were drafted (K = 4 fixed: every draft is verified)."""
+    which repeat the earlier answers, were drafted (K = 4 fixed: every draft is verified). With K
+    chosen by the controller too: asked after every standard token, a draft that pays ends the
+    segment and is verified as proposed then (`_draft_pays`)."""
     history: list[dict[str, str]] = []
-    drafted = {"lookup": 0, "suffix": 0}
+    drafted = {(drafter, k): 0 for drafter in ("lookup", "suffix") for k in (4, None)}
     for turn in conversation["turns"]:
         history.append({"role": "user", "content": turn})
-        request = GenerationRequest(messages=list(history), max_tokens=64, k=4)
+        request = GenerationRequest(messages=list(history), max_tokens=64)
         standard = await answer(server_url, "qwen2.5-coder:0.5b", "none", request)
-        for drafter in drafted:
-            speculative = await answer(server_url, "qwen2.5-coder:0.5b", drafter, request)
-            assert speculative["text"] == standard["text"], (drafter, len(history))
-            drafted[drafter] += speculative["stats"]["drafted_tokens"] if len(history) > 1 else 0
+        for drafter, k in drafted:
+            speculative = await answer(server_url, "qwen2.5-coder:0.5b", drafter, replace(request, k=k))
+            assert speculative["text"] == standard["text"], (drafter, k, len(history))
+            drafted[drafter, k] += speculative["stats"]["drafted_tokens"] if len(history) > 1 else 0
         history.append({"role": "assistant", "content": standard["text"]})
-    assert drafted["suffix"] > 0 and drafted["lookup"] > 0, drafted  # speculation ran on the later turns
+    print(f"drafted tokens on the later turns: {drafted}")
+    assert drafted["suffix", 4] > 0 and drafted["lookup", 4] > 0, drafted  # speculation ran on the later turns
 
 
 # -- faults and adaptation -------------------------------------------------------------------------
@@ -251,8 +254,8 @@ async def test_draft_length_falls_to_zero_when_requests_are_serialised(tmp_path,
     controllers: list[DraftLengthController] = []
     real_choose = DraftLengthController.choose
 
-    def choose(self: DraftLengthController, limit: int | None = None, free: bool = False) -> int:
-        assert not free  # a draft model is no free drafter
+    def choose(self: DraftLengthController, limit: int | None = None) -> int:
+        assert not self.free  # a draft model is no free drafter
         before = copy.deepcopy(self)
         k = real_choose(self, limit)
         decisions.append(Decision(k, limit, before))

@@ -56,7 +56,8 @@ def test_high_acceptance_and_cheap_verification_choose_the_longest_draft() -> No
     # K = 4: E = 1 + .68 + .68^2 + .68^3 + .68^4 tokens in 0.06 + 4 * 0.001 seconds.
     assert controller.expected_tokens(4) == pytest.approx(2.67064576)
     assert controller.round_seconds(4) == pytest.approx(0.064)
-    assert controller.round_seconds(2) == pytest.approx(0.06 * 0.95 + 0.002)  # 10% per K away from a known K
+    # K = 2: on the line from a standard token's time (0.05) at K = 0 to 0.06 at K = 4, and drafting.
+    assert controller.round_seconds(2) == pytest.approx(0.055 + 0.002)
     assert controller.choose() == 4
 
 
@@ -91,8 +92,9 @@ def test_falls_to_zero_and_backs_off_when_speculation_does_not_pay() -> None:
     controller.record_standard(tokens=17, seconds=0.8)
     # Enough standard segments: probe with the best K, although it is not expected to pay.
     assert controller.speculative_rate(2) == pytest.approx(1.768 / 0.4)
-    assert controller.speculative_rate(1) == pytest.approx(1.48 / 0.335)
-    assert controller.choose() == 2
+    # K = 1: verifying costs 0.175 s on the line from a standard token (0.05 s) to K = 2's 0.3 s.
+    assert controller.speculative_rate(1) == pytest.approx(1.48 / 0.225)
+    assert controller.choose() == 1
 
 
 def test_failed_probes_double_the_wait_up_to_a_limit_and_a_paying_one_resets_it() -> None:
@@ -231,17 +233,19 @@ def test_an_empty_draft_is_a_probe_that_did_not_pay():
 
 def test_a_confident_draft_is_cut_where_one_more_piece_no_longer_pays() -> None:
     controller = measured(k_max=8)  # a standard token: 50 ms, 20 tokens/s
-    controller.record_verification(8, 0.2)  # verifying 8 pieces: 200 ms, about 10% less per piece fewer
+    controller.record_verification(8, 0.2)  # verifying 8 pieces: 200 ms; 50 ms + 18.75 ms a piece
     # Nothing verified yet: a piece survives as often as its confidence bin's centre says.
-    assert controller.cut([0.99] * 8) == 8  # 1 + .95 + ... + .95^8 = 7.40 tokens in 200 ms
-    assert controller.cut([0.55] * 8) == 0  # 2.21 tokens in 200 ms: 11 a second, standard does 20
-    # Four sure pieces, then four unlikely ones: 4.52 tokens in 190 ms; a fifth adds 0.04 for 2.5 ms more.
+    assert controller.cut([0.99] * 8) == 7  # 1 + .95 + ... + .95^7 = 6.73 tokens in 181 ms; 7.40 in 200
+    assert controller.cut([0.55] * 8) == 1  # 1.55 tokens in 69 ms: 22.5 a second, standard does 20
+    assert controller.cut([0.35] * 8) == 0  # 1.35 tokens in 69 ms: 19.6 a second
+    # Four sure pieces, then four unlikely ones: 4.52 tokens in 125 ms; a fifth adds 0.04 for 19 ms more.
     assert controller.cut([0.99] * 4 + [0.05] * 4) == 4
 
 
 def test_what_a_confidence_is_worth_is_learned_from_the_verifications() -> None:
     controller = measured(k_max=8)
-    controller.record_round(8, 8, 2, 0.0, 0.2, confidence=[0.99] * 8)  # two survived, the third did not
+    # Verifying 8 pieces costs 8 standard tokens here; two survived, the third did not.
+    controller.record_round(8, 8, 2, 0.0, 0.4, confidence=[0.99] * 8)
     # Bin 0.9-1.0 blended three times: 0.95 -> 0.96 (kept) -> 0.968 (kept) -> 0.7744 (rejected).
     assert controller.by_confidence[9] == pytest.approx(0.7744)
     assert controller.by_confidence[:9] == pytest.approx([(b + 0.5) / 10 for b in range(9)])  # untouched
@@ -254,10 +258,36 @@ def test_a_draft_is_verified_whole_with_a_fixed_k_or_before_standard_speed_is_kn
 
 
 def test_a_free_drafter_is_asked_for_the_longest_draft_where_no_k_pays() -> None:
-    controller = measured(k_max=8)
-    controller.record_verification(8, 1.0)  # 20 standard tokens' time: nothing pays
-    assert controller.choose(6) == 0 and controller.choose(6, free=True) == 6
-    assert DraftLengthController(k_max=8).choose(free=True) == 0  # the standard speed comes first
+    controller, free = measured(k_max=8), measured(k_max=8, free=True)
+    for each in (controller, free):
+        each.record_verification(8, 1.0)  # 20 standard tokens' time: nothing pays
+    assert controller.choose(6) == 0 and free.choose(6) == 6
+    assert DraftLengthController(k_max=8, free=True).choose() == 0  # the standard speed comes first
+
+
+def test_a_free_drafter_never_probes_and_skips_answers_only_where_no_verification_can_pay() -> None:
+    controller = measured(k_max=8, free=True)
+    for _ in range(3 * MAX_PROBE_EVERY):
+        controller.record_standard(tokens=17, seconds=0.8)
+        controller.record_round(k=8, drafted=4, accepted=0, draft_seconds=0.0, verify_seconds=0.2)
+    assert not controller.probing() and not controller.skips()  # drafts that missed: `cut` learns them
+    controller.record_verification(8, 1.0)  # but once no K could pay even if all were accepted ...
+    controller.verify_seconds.pop(4)
+    assert not controller.can_pay() and controller.skips()  # ... whole answers go standard
+
+
+def test_the_cost_of_a_verification_is_interpolated_between_the_lengths_measured() -> None:
+    controller = measured(k_max=8)  # a standard token: 0.05 s
+    controller.record_verification(8, 0.21)
+    # Measured at K = 8 alone: on the line from K = 0 (a standard token), 0.02 s a piece.
+    assert [controller.verify_cost(k) for k in (1, 2, 8)] == pytest.approx([0.07, 0.09, 0.21])
+    controller.record_verification(2, 0.08)
+    assert [controller.verify_cost(k) for k in (1, 2, 5)] == pytest.approx([0.065, 0.08, 0.145])
+    # Past the longest measured, the last two lengths' slope; never less than the longest's cost.
+    assert controller.verify_cost(10) == pytest.approx(0.21 + 2 * 0.13 / 6)
+    controller.record_verification(4, 0.2)  # noise: a longer verification measured cheaper
+    controller.verify_seconds[8] = 0.15
+    assert controller.verify_cost(10) == pytest.approx(0.15)
 
 
 def test_a_draft_that_was_not_verified_teaches_only_the_positions_the_target_decided() -> None:

@@ -98,7 +98,7 @@ class SpeculativeDecoder:
         """The controller of answers verified by `method`: one per (server, target, drafter, method),
         shared by the answers in this process."""
         key = (self.target.url, self.target_model, self.drafter and self.drafter.name, method)
-        return controller_for(key, self.config.k_max, k)
+        return controller_for(key, self.config.k_max, k, free=self.drafter is not None and self.drafter.free)
 
     async def _planned(self, request: GenerationRequest) -> Plan:
         try:
@@ -165,7 +165,7 @@ class SpeculativeDecoder:
         output = answer.output
         limit = answer.context_limit
         room = limit - (answer.context_tokens + output.tokens) - 2 if limit and answer.context_tokens else 1 << 30
-        return answer.controller.choose(min(output.remaining - 1, room), free=answer.drafter.free)
+        return answer.controller.choose(min(output.remaining - 1, room))
 
     async def _standard_segment(self, answer: AnswerState) -> AsyncIterator[Event]:
         """Standard generation of about a segment's tokens (exactly what the target writes).
@@ -173,8 +173,8 @@ class SpeculativeDecoder:
         It reads on past its length only to finish a character split over tokens, then closes the stream.
         """
         output, plan = answer.output, answer.plan
-        if answer.drafter is None:
-            tokens = output.remaining
+        if answer.drafter is None or self._asks_every_token(answer):
+            tokens = output.remaining  # with a free drafter: until a draft pays (`_draft_pays`)
         else:
             tokens = answer.controller.segment_tokens()
             if answer.short_segment:
@@ -185,7 +185,7 @@ class SpeculativeDecoder:
         if not plan.sampling.greedy:
             seed = answer.resume_seed
             request["seed"] = seed if seed is not None else int(answer.rng.integers(0, 2**31 - 1))
-        answer.short_segment, answer.resume_seed = False, None
+        answer.short_segment, answer.resume_seed, answer.proposal = False, None, None  # a proposal is for its context
         segment_started = time.perf_counter()
         first_token_at: float | None = None
         count = 0
@@ -230,7 +230,11 @@ class SpeculativeDecoder:
         round_started = time.perf_counter()
         try:
             options = self._draft_options(answer)
-            proposed = await asyncio.wait_for(drafter.propose(answer.context, k, options), self.config.draft_timeout)
+            proposed, answer.proposal = answer.proposal, None  # what `_draft_pays` found, for this context
+            if proposed is None:
+                proposed = await asyncio.wait_for(drafter.propose(answer.context, k, options),
+                                                  self.config.draft_timeout)
+            proposed = proposed.head(k)
             # A probe is verified whole: that is how the controller learns what its drafts are worth.
             keep = controller.cut(proposed.confidence) if len(proposed.confidence) == len(proposed) else len(proposed)
             draft = proposed.head(len(proposed) if controller.probing() else keep)
@@ -272,21 +276,36 @@ class SpeculativeDecoder:
         if not verdict.pieces and not verdict.ended:
             answer.short_segment, answer.resume_seed = True, verdict.resume_seed
 
+    def _asks_every_token(self, answer: AnswerState) -> bool:
+        """Whether the drafter is asked after every standard token: a free one (a proposal costs
+        microseconds) choosing its own lengths, once the standard speed it must beat is known."""
+        controller = answer.controller
+        return (answer.drafter is not None and answer.drafter.free and controller.fixed_k is None
+                and answer.plan.method is not None and controller.standard_seconds_per_token is not None)
+
     async def _draft_pays(self, answer: AnswerState) -> bool:
-        """Whether a free drafter has, now, a draft worth verifying (the standard segment then ends, and
-        the next round proposes it again). Asked after every token of a standard segment, since a
-        proposal costs microseconds: a copy of an earlier answer is verified from where it starts,
-        not from the next segment. A draft not worth it is kept to be graded (`unverified`)."""
-        drafter, controller = answer.drafter, answer.controller
-        if drafter is None or not drafter.free or controller.fixed_k is not None or answer.plan.method is None:
+        """Whether a free drafter has, now, a draft worth verifying: the standard segment then ends, and
+        the next round verifies it (`proposal`). So a copy of an earlier answer is verified from where
+        it starts. A draft not worth it is kept (`unverified`) and graded once the target has written
+        past it or contradicted it, so that what it was worth is learned all the same."""
+        if not self._asks_every_token(answer):
             return False
-        draft = await drafter.propose(answer.context, controller.k_max, GREEDY)
+        assert answer.drafter is not None
+        controller, generated = answer.controller, answer.output.generated
+        if answer.unverified is not None:
+            at, earlier = answer.unverified
+            accepted, decided = earlier.graded(generated[at:])
+            if decided > accepted or accepted == len(earlier):
+                controller.observe_confidence(earlier.confidence, accepted, decided)
+                answer.unverified = None
+        draft = await answer.drafter.propose(answer.context, controller.k_max, GREEDY)
         if not draft.pieces or len(draft.confidence) != len(draft):
             return False
         if controller.cut(draft.confidence) > 0:
+            answer.proposal = draft
             return True
         if answer.unverified is None:
-            answer.unverified = (len(answer.output.generated), draft)
+            answer.unverified = (len(generated), draft)
         return False
 
     async def _measure_verification(self, answer: AnswerState, k: int) -> None:

@@ -40,6 +40,7 @@ class AnswerState:
     resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
     drafter_saw: int | None = None  # output tokens in the drafter's last context (None: it saw nothing yet)
     unverified: tuple[int, Draft] | None = None  # a draft not worth verifying, and where it was proposed
+    proposal: Draft | None = None  # a free drafter's draft for the context as it is, to verify next
     # The texts of the last tokens of standard segments.
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TOKENS))
 
