@@ -67,6 +67,10 @@ def test_the_tables_parse_and_add_up(printed):
         assert extra == pytest.approx((burst - single) / k, abs=0.011)
         fixed = float(re.search(rf"draft fixed overhead, K={k}: (-?\d+\.\d+) ms", printed)[1])
         assert fixed == pytest.approx(rows[f"draft proposal, K={k}"][2], abs=0.011)
+    # What the model-free drafters' proposals cost, asked after every token: all of them, both figures.
+    later = r"^(\S+) proposal, K=8: (\d+\.\d+) ms a token later, \d+\.\d+ ms reading the context$"
+    proposals = dict(re.findall(later, printed, re.M))
+    assert set(proposals) == {"lookup", "suffix"} and all(float(ms) > 0 for ms in proposals.values()), printed
 
     evaluations = re.search(r"^evaluations per burst \(median\): (.*)$", printed, re.M)[1]
     assert [k for k, _ in re.findall(r"K=(\d+) (\d+(?:\.\d+)?)", evaluations)] == [str(k) for k in KS]

@@ -2,7 +2,8 @@
 
 For standard decoding, a draft proposal and validator bursts of K+1 nested one-token requests, this
 prints the wall time a client sees, the engine time the server reports (Ollama's `*_duration`
-fields) and their difference, and then the speed-up those times allow:
+fields) and their difference, what a model-free drafter's proposal costs per generated token (the
+decoding loop asks one after every standard token), and then the speed-up those times allow:
 
     S(K, a) = (1 - a^(K+1)) / (1 - a) * T_standard / (K * T_draft + T_burst(K))
 
@@ -35,6 +36,9 @@ from dataclasses import dataclass, field
 
 from utils.burst import announce
 from utils.engine.client import OllamaClient, ServerError
+from utils.engine.config import EngineConfig
+from utils.engine.drafters import Drafter, DraftSetup, build_drafter, model_free_drafters
+from utils.sampling import GREEDY
 
 KS = (2, 4, 8)
 RATES = (0.6, 0.7, 0.8, 0.9)
@@ -158,6 +162,17 @@ class Bench:
         return samples
 
 
+async def free_proposals(drafter: Drafter, context: str, pieces: list[str]) -> tuple[Sample, list[Sample]]:
+    """A model-free drafter's proposals of K = 8 as an answer grows by one of `pieces` at a time, as the
+    decoding loop asks them: the first reads the whole context, each later one only the new token."""
+    samples = []
+    for step in range(len(pieces) + 1):
+        started = time.perf_counter()
+        await drafter.propose(context + "".join(pieces[:step]), max(KS), GREEDY)
+        samples.append(Sample((time.perf_counter() - started) * 1000, 0.0))
+    return samples[0], samples[1:]
+
+
 async def build_context(bench: Bench, tokens_wanted: int) -> tuple[str, int]:
     """A context of about `tokens_wanted` target tokens (counted by the server)."""
     chars_per_token = 3.0
@@ -188,6 +203,9 @@ async def measure(url: str, target: str, draft: str, tokens_wanted: int, repeat:
         rows.update({f"burst{k}": Row(f"validator burst, K={k} ({way.format(n=k + 1)})") for k in KS})
         if endpoint:  # what the same bursts cost as K+1 requests, as any other Ollama gets them
             rows.update({f"apart{k}": Row(f"  the same as {k + 1} requests") for k in KS})
+        setup = DraftSetup(bench.server, target, bench.server, EngineConfig())
+        free = {kind: await build_drafter(kind, setup) for kind in model_free_drafters()}
+        proposals = {kind: (Row("reading the context"), Row("one token later")) for kind in free}
 
         async def round_() -> None:
             rows["standard"].samples.append(await bench.standard(context))
@@ -198,16 +216,21 @@ async def measure(url: str, target: str, draft: str, tokens_wanted: int, repeat:
                 rows[f"burst{k}"].samples.append(await bench.burst(prompts, endpoint))
                 if endpoint:
                     rows[f"apart{k}"].samples.append(await bench.burst(prompts, False))
+            for kind, drafter in free.items():
+                assert drafter is not None
+                first, later = await free_proposals(drafter, context, pieces)
+                proposals[kind][0].samples.append(first)
+                proposals[kind][1].samples.extend(later)
 
         await round_()  # warm-up, not counted
-        for row in rows.values():
+        for row in [*rows.values(), *(row for pair in proposals.values() for row in pair)]:
             row.samples.clear()
         for number in range(repeat):
             if progress:
                 progress(f"context {counted}: round {number + 1} of {repeat}")
             await round_()
         return {"context": counted, "embedded": bool(about.get("embedded")), "version": about.get("version"),
-                "rows": rows}
+                "rows": rows, "proposals": proposals}
     finally:
         await bench.aclose()
 
@@ -250,6 +273,9 @@ def report(result: dict, target: str, draft: str, repeat: int) -> str:
         lines.append(f"extra outside time per nested request, K={k}: {extra:.2f} ms")
     for k in KS:
         lines.append(f"draft fixed overhead, K={k}: {rows[f'draft{k}'].outside():.2f} ms")
+    for kind, (first, later) in result["proposals"].items():  # asked after every standard token
+        lines.append(f"{kind} proposal, K={max(KS)}: {later.median().wall_ms:.3f} ms a token later, "
+                     f"{first.median().wall_ms:.2f} ms reading the context")
     if result["embedded"]:  # a burst split into several evaluations pays a whole decode for each
         lines.append("evaluations per burst (median): " + ", ".join(
             f"K={k} {statistics.median(s.evaluations for s in rows[f'burst{k}'].samples):g}" for k in KS))
