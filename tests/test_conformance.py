@@ -86,9 +86,16 @@ def send(url: str, example: dict[str, Any]) -> httpx.Response:
                             content=json.dumps(filled(body)) if body is not None else None)
 
 
+@pytest.fixture(scope="module")
+def replies(server) -> dict[str, httpx.Response]:
+    """Every example's reply, the examples sent once in the reference's order: they are one session
+    (pull, then generate; copy, then delete, then delete again), whatever order they are checked in."""
+    return {example["name"]: send(server, example) for example in DATA["examples"]}
+
+
 @pytest.mark.parametrize("example", DATA["examples"], ids=[e["name"] for e in DATA["examples"]])
-def test_example(server, example):
-    reply = send(server, example)
+def test_example(server, replies, example):
+    reply = replies[example["name"]]
     assert reply.status_code == example["status"], reply.text
     kind = example["response"]
     if kind == "empty":
@@ -127,7 +134,7 @@ def test_example(server, example):
         assert again[example["repeat_equal"]] == final[example["repeat_equal"]]
 
 
-def test_the_server_still_serves_after_every_example(server):
+def test_the_server_still_serves_after_every_example(server, replies):
     with httpx.Client(base_url=server, timeout=120) as http:
         reply = http.post("/api/generate", json={"model": "smollm2:135m", "prompt": "Hi", "stream": False,
                                                  "options": {"num_predict": 2, "temperature": 0}})

@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -31,9 +32,8 @@ SPEC = SHARED.spec(SMALL)
 SHARED_FILE = SHARED.path(SMALL)
 
 
-@pytest.fixture(scope="module")
-def managed(tmp_path_factory) -> tuple[str, Path]:
-    data = tmp_path_factory.mktemp("managed-data")
+def serving(data: Path) -> Iterator[tuple[str, Path]]:
+    """An embedded server on the data folder `data`, and the folder."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPEC_DATA_DIR", str(data))
         patch.setenv("SPEC_MODEL_SOURCES", str(SHARED.models_dir))
@@ -44,6 +44,21 @@ def managed(tmp_path_factory) -> tuple[str, Path]:
             yield server.url, data
         finally:
             server.stop()
+
+
+@pytest.fixture(scope="module")
+def managed(tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    """A server the module's tests share, with smollm2 pulled (the pull itself is `empty`'s test)."""
+    for url, data in serving(tmp_path_factory.mktemp("managed-data")):
+        ollama.Client(host=url).pull(SMALL, stream=False)
+        yield url, data
+
+
+@pytest.fixture
+def empty(tmp_path) -> Iterator[tuple[str, Path]]:
+    """A server with nothing installed, whatever this module's other tests installed on `managed` before."""
+    (tmp_path / "data").mkdir()
+    yield from serving(tmp_path / "data")
 
 
 def cli(data: Path, *args: str) -> subprocess.CompletedProcess:
@@ -66,8 +81,8 @@ def still_serving(client: ollama.Client) -> None:
     assert client.generate(model=SMALL, prompt="Hi", options=QUICK).done
 
 
-def test_pull_streams_ollamas_progress_and_installs(managed):
-    url, data = managed
+def test_pull_streams_ollamas_progress_and_installs(empty):
+    url, data = empty
     client = ollama.Client(host=url)
     assert tags(client) == {}
     events = list(client.pull(SMALL, stream=True))
