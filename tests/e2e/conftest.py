@@ -35,11 +35,12 @@ def app_url(server_url: str, tmp_path_factory) -> Iterator[str]:
         yield app.url
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def own_server_app(tmp_path_factory) -> Iterator[RunningApp]:
     """The app with no OLLAMA_HOST: it starts its own embedded server, as on a fresh install. Its data
     folder holds only the smallest model, linked from the shared one (read, never written), so the
-    server's first look at every model's tokenizer stays cheap."""
+    server's first look at every model's tokenizer stays cheap. One per test: the app's process keeps
+    what its controllers learned and its conversations, and a test begins where a user begins."""
     data_dir = tmp_path_factory.mktemp("e2e-own-server")
     shared = Settings().models_dir
     (data_dir / "models").mkdir()
