@@ -279,7 +279,7 @@ PROBES = {
     "bench-overhead": ("utils.bench.overhead", "time outside the engine: drafts, bursts, projected speed-up"),
     "bench-verification": ("utils.bench.verification", "a validator burst's cost against one request's"),
     "bench-decode": ("utils.bench.decode", "plain decoding: a draft model beside the target, fast batch kernels"),
-    "bench-ceiling": ("utils.bench.ceiling", "the most prompt lookup can give here: a clairvoyant controller"),
+    "bench-ceiling": ("utils.bench.ceiling", "the most a model-free drafter can give here: a clairvoyant controller"),
     "bench-proxy": ("utils.bench.proxy", "through the speculative proxy against straight to its upstream"),
     "bench-soak": ("utils.bench.soak", "soak test of the embedded server: mixed requests, failures, memory"),
 }
@@ -360,7 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--prompts", default="prompts/bench.jsonl",
                        help="JSON lines: id, category, prompt, chat, max_tokens")
     bench.add_argument("--target", default=get_settings().target_model)
-    bench.add_argument("--draft", action="append", help="draft model, 'lookup' (repeatable; default: the draft model)")
+    bench.add_argument("--draft", action="append",
+                       help="draft model, 'lookup' or 'suffix' (repeatable; default: the draft model)")
     bench.add_argument("--k", action="append", type=_bench_k, help="'auto' or a fixed K (repeatable; default auto)")
     bench.add_argument("--repeat", type=int, default=1)
     bench.add_argument("--limit", type=int, default=None, help="at most N prompts per category")

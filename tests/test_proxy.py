@@ -295,6 +295,18 @@ def test_cors_allows_local_origins_like_ollama(proxied):
     assert "access-control-allow-origin" not in foreign.headers
 
 
+def test_without_pairs_every_model_gets_suffix_decoding_and_the_target_its_draft(server_url):
+    """What `cli.py proxy --upstream URL` alone gives: suffix decoding for every model upstream has (the
+    measured better model-free drafter), the configured draft model for the configured target."""
+    with proxy(server_url, env={"SPEC_TARGET_MODEL": QWEN, "SPEC_DRAFT_MODEL": SMALL}) as url:
+        pairs = httpx.get(f"{url}/api/proxy/recent").json()["pairs"]
+        models = [model.model for model in ollama.Client(host=server_url).list().models]
+        assert pairs == {model: SMALL if model == QWEN else "suffix" for model in models}
+        mine = ollama.Client(host=url).generate(model=SMALL, prompt=PROMPTS[0], options=GREEDY)
+    assert mine.response == ollama.Client(host=server_url).generate(model=SMALL, prompt=PROMPTS[0],
+                                                                    options=GREEDY).response
+
+
 def test_recent_requests_for_the_app(proxied):
     ollama.Client(host=proxied).generate(model=SMALL, prompt=PROMPTS[0], options=GREEDY)
     recent = httpx.get(f"{proxied}/api/proxy/recent").json()

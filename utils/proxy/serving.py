@@ -36,7 +36,7 @@ CONTEXT_REASON = "the prompt is longer than the context: upstream truncates it"
 @dataclass
 class ProxyConfig:
     upstream: str  # the Ollama that answers everything, and verifies drafts
-    pairs: dict[str, str]  # target model -> drafter choice ("lookup" or a draft model)
+    pairs: dict[str, str]  # target model -> drafter choice ("suffix", "lookup" or a draft model)
     engine: EngineConfig
     draft_host: str | None = None  # where draft models run, if not upstream
     api_key: str | None = None  # required as a bearer token on every request when set
