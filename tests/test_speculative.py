@@ -129,17 +129,25 @@ async def first_token_distribution(server_url: str, model: str, prompt: str,
     return text_distribution(step.token.top, options)
 
 
+COLOUR = "<|im_start|>user\nName one colour.<|im_end|>\n<|im_start|>assistant\nOne colour is"
+# The end of this prompt occurs earlier in it, so suffix decoding drafts from the first token on.
+COLOURS = ("<|im_start|>user\nOne colour is red. One colour is green. One colour is blue. Name one more colour."
+           "<|im_end|>\n<|im_start|>assistant\nOne colour is")
+
+
 @pytest.mark.parametrize(
-    "target, drafter, method",
-    [("qwen2.5-coder:0.5b", SMALL, "sample-match"), (TARGET, DRAFT, "rejection")],
+    "target, drafter, method, prompt",
+    [("qwen2.5-coder:0.5b", SMALL, "sample-match", COLOUR), (TARGET, DRAFT, "rejection", COLOUR),
+     ("qwen2.5-coder:0.5b", "suffix", "sample-match", COLOURS)],
+    ids=["sample-match", "rejection", "suffix"],
 )
-async def test_sampling_keeps_the_target_distribution(server_url, target, drafter, method):
-    prompt = "<|im_start|>user\nName one colour.<|im_end|>\n<|im_start|>assistant\nOne colour is"
+async def test_sampling_keeps_the_target_distribution(server_url, target, drafter, method, prompt):
     options = SamplingOptions(temperature=1.0, top_k=5, top_p=1.0)
     expected = await first_token_distribution(server_url, target, prompt, options)
     runs = 240
     seen: Counter[str] = Counter()
     methods = set()
+    drafted = 0
     server = OllamaClient(server_url)
     try:
         decoder = await build_decoder(settings(p_min=0.0).engine, server, target, drafter)
@@ -149,9 +157,10 @@ async def test_sampling_keeps_the_target_distribution(server_url, target, drafte
             result = await collect(decoder, request)
             seen[result["pieces"][0][0] if result["pieces"] else ""] += 1
             methods.add(result["stats"]["method"])
+            drafted += result["stats"]["drafted_tokens"]
     finally:
         await server.aclose()
-    assert methods == {method}
+    assert methods == {method} and drafted > 0, (methods, drafted)  # the draft's tokens were verified
     # Chi-square goodness of fit, pooling rare outcomes so each expected count is at least 5.
     common = [t for t, p in expected.items() if p * runs >= 5]
     observed = [seen[t] for t in common] + [runs - sum(seen[t] for t in common)]
