@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -32,8 +33,9 @@ SPEC = SHARED.spec(SMALL)
 SHARED_FILE = SHARED.path(SMALL)
 
 
-def serving(data: Path) -> Iterator[tuple[str, Path]]:
-    """An embedded server on the data folder `data`, and the folder."""
+@contextmanager
+def serving(data: Path) -> Iterator[str]:
+    """The URL of an embedded server on the data folder `data`, stopped when the block ends."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPEC_DATA_DIR", str(data))
         patch.setenv("SPEC_MODEL_SOURCES", str(SHARED.models_dir))
@@ -41,7 +43,7 @@ def serving(data: Path) -> Iterator[tuple[str, Path]]:
         server = EmbeddedServer(log_path=data / "server.log")
         server.start()
         try:
-            yield server.url, data
+            yield server.url
         finally:
             server.stop()
 
@@ -49,7 +51,8 @@ def serving(data: Path) -> Iterator[tuple[str, Path]]:
 @pytest.fixture(scope="module")
 def managed(tmp_path_factory) -> Iterator[tuple[str, Path]]:
     """A server the module's tests share, with smollm2 pulled (the pull itself is `empty`'s test)."""
-    for url, data in serving(tmp_path_factory.mktemp("managed-data")):
+    data = tmp_path_factory.mktemp("managed-data")
+    with serving(data) as url:
         ollama.Client(host=url).pull(SMALL, stream=False)
         yield url, data
 
@@ -57,8 +60,10 @@ def managed(tmp_path_factory) -> Iterator[tuple[str, Path]]:
 @pytest.fixture
 def empty(tmp_path) -> Iterator[tuple[str, Path]]:
     """A server with nothing installed, whatever this module's other tests installed on `managed` before."""
-    (tmp_path / "data").mkdir()
-    yield from serving(tmp_path / "data")
+    data = tmp_path / "data"
+    data.mkdir()
+    with serving(data) as url:
+        yield url, data
 
 
 def cli(data: Path, *args: str) -> subprocess.CompletedProcess:

@@ -211,8 +211,8 @@ class DraftLengthController:
         """What the first `decided` pieces of a draft turned out to be (the first `accepted` accepted,
         then one rejected if decided > accepted), by the drafter's confidence in each: from a
         verification, or from a draft that was not verified, held against the text the target then
-        wrote (`Draft.graded`, after the decoder's next standard segment), so that confidences not worth verifying yet
-        are still learned."""
+        wrote (`AnswerState.grade_unverified`, as the standard segment after it goes), so that
+        confidences not worth verifying yet are still learned."""
         for position in range(min(decided, len(confidence))):
             index = _bin(confidence[position])
             self.by_confidence[index] = _blend(self.by_confidence[index], 1.0 if position < accepted else 0.0)

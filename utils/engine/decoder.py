@@ -214,10 +214,7 @@ class SpeculativeDecoder:
         finished = time.perf_counter()
         if first_token_at is not None:
             answer.controller.record_standard(count, finished - first_token_at)
-        if answer.unverified is not None:  # a draft not verified, graded by what the target wrote after it
-            at, draft = answer.unverified
-            answer.controller.observe_confidence(draft.confidence, *draft.graded(output.generated[at:]))
-            answer.unverified = None
+        answer.grade_unverified(ended=True)
         record = RoundRecord(k=0, emitted=count, seconds=finished - segment_started,
                              at_seconds=finished - answer.started)
         answer.stats.observe_standard(record)
@@ -291,13 +288,8 @@ class SpeculativeDecoder:
         if not self._asks_every_token(answer):
             return False
         assert answer.drafter is not None
-        controller, generated = answer.controller, answer.output.generated
-        if answer.unverified is not None:
-            at, earlier = answer.unverified
-            accepted, decided = earlier.graded(generated[at:])
-            if decided > accepted or accepted == len(earlier):
-                controller.observe_confidence(earlier.confidence, accepted, decided)
-                answer.unverified = None
+        controller = answer.controller
+        answer.grade_unverified()
         draft = await answer.drafter.propose(answer.context, controller.k_max, GREEDY)
         if not draft.pieces or len(draft.confidence) != len(draft):
             return False
@@ -305,7 +297,7 @@ class SpeculativeDecoder:
             answer.proposal = draft
             return True
         if answer.unverified is None:
-            answer.unverified = (len(generated), draft)
+            answer.unverified = (len(answer.output.generated), draft)
         return False
 
     async def _measure_verification(self, answer: AnswerState, k: int) -> None:

@@ -53,6 +53,19 @@ class AnswerState:
         if not self.stats.prompt_tokens and count > 0:
             self.stats.prompt_tokens = count
 
+    def grade_unverified(self, ended: bool = False) -> None:
+        """Hold the draft that was not worth verifying (`unverified`) against what the target wrote after
+        it, and teach the controller what its confidences were worth (`Draft.graded`): once the target
+        has written past it or contradicted it, or, when its standard segment has `ended`, as far as
+        the target got."""
+        if self.unverified is None:
+            return
+        at, draft = self.unverified
+        accepted, decided = draft.graded(self.output.generated[at:])
+        if ended or decided > accepted or accepted == len(draft):
+            self.controller.observe_confidence(draft.confidence, accepted, decided)
+            self.unverified = None
+
     def emitted(self, events: list[TextEvent]) -> list[TextEvent]:
         if events and self.stats.time_to_first_token_s is None:
             self.stats.time_to_first_token_s = time.perf_counter() - self.started
