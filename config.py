@@ -28,8 +28,10 @@ class Settings(BaseSettings):
     draft_host: str | None = None  # the draft model may live on another server
     embedded_host: str = "127.0.0.1"
     embedded_port: int = Field(default=11435, ge=1, le=65535)
-    # The embedded server's faster batch kernels (weight repacking) round a row differently inside a
-    # batch than alone: greedy speculative answers may then differ from standard ones at near ties.
+    # The embedded server computes the rows whose logits it reads as each would be alone (patched
+    # llama.cpp, scripts/patches/README.md). True: upstream's batch kernels throughout, which round a
+    # row differently inside a batch than alone, so greedy speculative answers may part from
+    # standard ones at near ties. Plain decoding is as fast either way.
     fast_batches: bool = False
     # Layers the embedded server puts on the GPU when llama.cpp was built with one (scripts/install.sh
     # builds with CUDA where nvcc is found): -1 all, 0 none. A CPU-only build ignores it.

@@ -13,14 +13,27 @@ source scripts/llama_flags.sh
 # The bundled engine needs only the library, not llama.cpp's programs.
 flags="$llama_flags -DLLAMA_BUILD_TOOLS=OFF"
 engine=$(grep -E '^llama-cpp-python==' requirements.txt)
-wheels=$(wheel_dir "$engine" "$flags")
+# Built from the source release with one small patch: repacked (fast) weights computed batch-
+# invariantly, so that greedy speculation stays exact at full speed (scripts/patches/README.md).
+patch_file="scripts/patches/${engine/==/-}-batch-invariant.patch"
+wheels=$(wheel_dir "$engine" "$flags $(sha256sum "$patch_file" | cut -c1-16)")
 if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-  echo "building llama.cpp ($engine): about 8 minutes on 2 cores, once"
+  echo "building llama.cpp ($engine, patched): about 8 minutes on 2 cores, once"
+  src=$(mktemp -d)
+  trap 'rm -rf "$src"' EXIT
+  .venv/bin/python -m pip download --quiet --no-cache-dir --no-deps --no-binary :all: --dest "$src" "$engine"
+  tar -xzf "$src"/*.tar.gz -C "$src"
+  tree=$(find "$src" -mindepth 1 -maxdepth 1 -type d)
+  git -C "$tree" apply "$PWD/$patch_file"
   CMAKE_ARGS="$flags" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-    .venv/bin/python -m pip wheel --quiet --no-cache-dir --no-deps --wheel-dir "$wheels" "$engine"
+    .venv/bin/python -m pip wheel --quiet --no-cache-dir --no-deps --wheel-dir "$wheels" "$tree"
 fi
 echo "installing Python packages"
 .venv/bin/python -m pip install --quiet --find-links "$wheels" -r requirements.txt
+# A llama-cpp-python installed here before the patch (the same version) is replaced by the patched one.
+if ! grep -qs ggml_cpu_set_batch_invariant .venv/lib/python*/site-packages/llama_cpp/lib/*ggml-cpu*; then
+  .venv/bin/python -m pip install --quiet --no-deps --force-reinstall "$wheels"/llama_cpp_python-*.whl
+fi
 
 if [ -n "${OLLAMA_HOST:-}" ] && [ -z "${SPEC_FORCE_MODELS:-}" ]; then
   echo "OLLAMA_HOST=$OLLAMA_HOST: using that server, no bundled model installed"

@@ -21,9 +21,9 @@ case "$(uname -m)" in
     fi
     ;;
 esac
-# No llamafile matrix kernels: with them (and with weight repacking, off at run time unless
-# SPEC_FAST_BATCHES=1) llama.cpp computes a row differently inside a batch than alone, and greedy
-# speculative answers could part from standard ones at near ties.
+# No llamafile matrix kernels: with them llama.cpp computes a row differently inside a batch than
+# alone, and greedy speculative answers could part from standard ones at near ties. (The repacked-
+# weight and tiled kernels have the same trait; scripts/patches/ makes them batch-invariant.)
 llama_flags="${llama_flags# } -DGGML_LLAMAFILE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF ${SPEC_CMAKE_ARGS:-}"
 llama_flags="${llama_flags% }"
 

