@@ -33,7 +33,7 @@ import ollama
 
 from config import get_settings
 from utils.bench.native import NativeServer, server_binary
-from utils.embedded.server import SPIN_COUNT, EmbeddedServer
+from utils.embedded.server import EmbeddedServer
 from utils.embedded.store.models import ModelStore
 
 PROMPT = "def quicksort(arr):"
@@ -104,14 +104,15 @@ async def against_llama_server(targets: list[str], repeat: int) -> None:
         exact = ollama.AsyncClient(host=_embedded(stack, fast_batches=False).url)
         fast = ollama.AsyncClient(host=_embedded(stack, fast_batches=True).url)
         for target in targets:
-            natives = {spin: NativeServer(server_binary(), store.path(target), [], threads, num_ctx=4096,
-                                          spin_count=spin) for spin in (SPIN_COUNT, None)}
+            same = NativeServer(server_binary(), store.path(target), [], threads, num_ctx=4096)
+            spinning = NativeServer(server_binary(), store.path(target), [], threads, num_ctx=4096, spin_count=None)
+            natives = (same, spinning)
             try:
-                for native in natives.values():
+                for native in natives:
                     native.start()
-                rates = await _interleaved(target, exact, fast, natives[SPIN_COUNT].url, natives[None].url, repeat)
+                rates = await _interleaved(target, exact, fast, same.url, spinning.url, repeat)
             finally:
-                for native in natives.values():
+                for native in natives:
                     native.stop()
             _print_rates(target, rates)
 
