@@ -18,7 +18,7 @@ engine=$(grep -E '^llama-cpp-python==' requirements.txt)
 patch_file="scripts/patches/${engine/==/-}-batch-invariant.patch"
 wheels=$(wheel_dir "$engine" "$flags $(sha256sum "$patch_file" | cut -c1-16)")
 if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-  echo "building llama.cpp ($engine, patched): about 8 minutes on 2 cores, once"
+  echo "building llama.cpp ($engine, patched): a few minutes on 2 cores, once"
   src=$(mktemp -d)
   trap 'rm -rf "$src"' EXIT
   .venv/bin/python -m pip download --quiet --no-cache-dir --no-deps --no-binary :all: --dest "$src" "$engine"

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from utils.api.http import ApiError
+from utils.embedded.runtime.llama_params import set_batch_invariance
 from utils.embedded.runtime.runner import _COMPUTE  # one OpenMP team for every llama.cpp evaluation
 
 CAUSAL_MICRO_BATCH = 512
@@ -78,6 +79,9 @@ class Embedder:
             ctx.kv_cache_clear()
             batch.reset()
             batch.add_sequence(tokens, 0, True)
+            # One evaluation of the whole input: upstream's batch kernels, as Ollama's, whatever the
+            # last generation's decode left the switch at (llama_params.Kernels).
+            set_batch_invariance(False)
             ctx.decode(batch)
             pointer = (llama_cpp.llama_get_embeddings_seq(ctx.ctx, 0) if self.pooled
                        else llama_cpp.llama_get_embeddings_ith(ctx.ctx, len(tokens) - 1))

@@ -4,6 +4,7 @@ has no argument for, the batch-invariant kernel switch, and a token's whole byte
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,16 +56,24 @@ class Kernels:
 
     def __init__(self, fast_batches: bool):
         self.fast_batches = fast_batches
-        self._switch = _invariance_switch()
-        self.repacked = self._switch is not None or fast_batches  # load weights repacked
-        self.exact_rows = 7 if self._switch is None and not fast_batches else None  # None: no limit
+        patched = _invariance_switch() is not None
+        self.repacked = patched or fast_batches  # load weights repacked
+        self.exact_rows = None if patched or fast_batches else 7  # None: no limit
 
     def invariant(self, on: bool) -> None:
         """Compute the next decode's rows as each would be alone (on), or as fast as possible."""
-        if self._switch is not None:
-            self._switch(1 if on and not self.fast_batches else 0)
+        set_batch_invariance(on and not self.fast_batches)
 
 
+def set_batch_invariance(on: bool) -> None:
+    """The patch's process-wide switch (no-op without the patch); call it on the compute thread,
+    before a llama_decode."""
+    switch = _invariance_switch()
+    if switch is not None:
+        switch(1 if on else 0)
+
+
+@functools.cache
 def _invariance_switch():
     """The patch's ggml_cpu_set_batch_invariant in the ggml-cpu library llama.cpp has loaded, or None
     where that library lacks it. (A wheel holds libggml-cpu.so, .so.0 and .so.0.x as three copies,
