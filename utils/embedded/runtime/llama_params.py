@@ -47,11 +47,12 @@ class Kernels:
     could then differ from the standard one at a near tie. scripts/install.sh builds llama.cpp with
     a patch that adds a switch, batch invariance (scripts/patches/README.md): while it is on, every
     row is computed as it would be alone. The runner turns it on for the decodes whose logits it
-    reads (a token, a validator burst), so those rows equal a lone token's bit for bit, and off for
-    the rest of a prompt, which is then read as fast as upstream reads it; both ways of answering
-    read a prompt alike. `fast_batches` never turns it on (not exact). A llama.cpp without the
-    patch (installed some other way) loads weights unrepacked: slower, and rows are exact in
-    batches of up to 7 only (the tiled kernels), which `exact_rows` keeps.
+    reads (a token, a validator burst) and for every short one, so those rows equal a lone token's
+    bit for bit, and off for a prompt's longer stretches, which are then read as fast as upstream
+    reads them; both ways of answering read a prompt alike. `fast_batches` never turns it on (not
+    exact). A llama.cpp without the patch (installed some other way) loads weights unrepacked:
+    slower, and rows are exact in batches of up to 7 only (the tiled kernels), which `exact_rows`
+    keeps.
     """
 
     def __init__(self, fast_batches: bool):
