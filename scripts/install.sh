@@ -30,9 +30,11 @@ if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
 fi
 echo "installing Python packages"
 .venv/bin/python -m pip install --quiet --find-links "$wheels" -r requirements.txt
-# A llama-cpp-python installed here before the patch (the same version) is replaced by the patched one.
-if ! grep -qs ggml_cpu_set_batch_invariant .venv/lib/python*/site-packages/llama_cpp/lib/*ggml-cpu*; then
+# pip sees the same version installed and keeps it: a llama-cpp-python built before this patch (or
+# with other flags) is replaced by the wheel built here, which .venv/.llama-cpp-wheel names.
+if [ "$(cat .venv/.llama-cpp-wheel 2>/dev/null)" != "$wheels" ]; then
   .venv/bin/python -m pip install --quiet --no-deps --force-reinstall "$wheels"/llama_cpp_python-*.whl
+  echo "$wheels" > .venv/.llama-cpp-wheel
 fi
 
 if [ -n "${OLLAMA_HOST:-}" ] && [ -z "${SPEC_FORCE_MODELS:-}" ]; then

@@ -42,23 +42,28 @@ def llama_defaults(function: str, **fields: object) -> Iterator[None]:
 class Kernels:
     """Which of llama.cpp's CPU kernels compute a batch, chosen per llama_decode.
 
-    Repacked weights are what makes llama.cpp fast on a CPU, but upstream computes a batch of rows
-    with other kernels than a row alone (4-row gemm, and tiled kernels from 8 rows): a verified token
-    could then differ from the standard one at a near tie. scripts/install.sh builds llama.cpp with
-    a patch that adds a switch, batch invariance (scripts/patches/README.md): while it is on, every
-    row is computed as it would be alone. The runner turns it on for the decodes whose logits it
-    reads (a token, a validator burst) and for every short one, so those rows equal a lone token's
-    bit for bit, and off for a prompt's longer stretches, which are then read as fast as upstream
-    reads them; both ways of answering read a prompt alike. `fast_batches` never turns it on (not
-    exact). A llama.cpp without the patch (installed some other way) loads weights unrepacked:
-    slower, and rows are exact in batches of up to 7 only (the tiled kernels), which `exact_rows`
-    keeps.
+    llama.cpp computes a batch of rows with other kernels than a row alone: the tiled K-quant
+    kernels from 8 rows, and with repacked weights a 4-row gemm. A verified token could then differ
+    from the standard one at a near tie. scripts/install.sh builds llama.cpp with a patch that adds
+    a switch, batch invariance (scripts/patches/README.md): while it is on, every row is computed as
+    it would be alone. The runner turns it on for the decodes whose logits it reads (a token, a
+    validator burst) and for every short one, so those rows equal a lone token's bit for bit, and
+    off for a prompt's longer stretches, which the tiled kernels then read fast.
+
+    Weights stay unrepacked unless `fast_batches`. Repacked, a prompt's rows are computed four at a
+    time and the rows left over one by one, so a token's KV entry depended on where its prompt
+    stretch began, that is on what the cache held: on the multi-turn benchmark 78-89% of greedy
+    speculative answers equalled the standard ones, and 86% of standard answers their own repeat
+    (docs/performance.md, "Plain decoding"). Computing prompts row by row as well reads them a
+    third as fast. `fast_batches`: repacked weights, upstream's kernels everywhere, not exact. A
+    llama.cpp without the patch (installed some other way) computes rows exactly in batches of up
+    to 7 only (the tiled kernels), which `exact_rows` keeps.
     """
 
     def __init__(self, fast_batches: bool):
         self.fast_batches = fast_batches
         patched = _invariance_switch() is not None
-        self.repacked = patched or fast_batches  # load weights repacked
+        self.repacked = fast_batches  # load weights repacked
         self.exact_rows = None if patched or fast_batches else 7  # None: no limit
 
     def invariant(self, on: bool) -> None:
