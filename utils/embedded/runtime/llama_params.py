@@ -47,8 +47,9 @@ class Kernels:
     from the standard one at a near tie. scripts/install.sh builds llama.cpp with a patch that adds
     a switch, batch invariance (scripts/patches/README.md): while it is on, every row is computed as
     it would be alone. The runner turns it on for the decodes whose logits it reads (a token, a
-    validator burst) and for every short one, so those rows equal a lone token's bit for bit, and
-    off for a prompt's longer stretches, which the tiled kernels then read fast.
+    validator burst), so those rows equal a lone token's bit for bit, whatever K, and off for a
+    prompt's other tokens, which the tiled kernels then read fast from 8 rows (fewer go row by row
+    anyway, so the few tokens a split burst evaluates without logits are computed as alone).
 
     Weights stay unrepacked unless `fast_batches`. Repacked, a prompt's rows are computed four at a
     time and the rows left over one by one, so a token's KV entry depended on where its prompt

@@ -38,12 +38,7 @@ from utils.embedded.runtime.llama_params import Kernels, llama_defaults, token_p
 from utils.embedded.runtime.slots import Answer, Slot, idle_slot, nested_groups, tokenize_group
 from utils.sampling import best_tokens, log_sum_exp, sample
 
-TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"
-# A decode is computed as each of its rows would be alone (llama_params.Kernels) when its logits are
-# read, and when it is this short even if they are not: a burst that reached the server in two parts
-# evaluates the context's last tokens without their logits first, and these are tokens that the
-# standard answer evaluated alone. Only a prompt's longer stretches get the faster batch kernels.
-SHORT_BATCH = 32  # print how each burst was grouped (stderr)
+TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
 
 # llama.cpp computes with OpenMP, and libgomp keeps a team of threads for each thread that calls it.
 # With a team per loaded model there are more OpenMP threads than cores, and libgomp then stops
@@ -293,7 +288,7 @@ class ModelRunner:
         self._batch_logits[:count] = rows
         self._batch_logits[count - 1] = 1  # llama.cpp always gives the last token's logits
         self.llama._batch.batch.n_tokens = count
-        _COMPUTE.submit(self._llama_decode, rows or count <= SHORT_BATCH).result()
+        _COMPUTE.submit(self._llama_decode, rows).result()
         self.decodes += 1
         if not rows:
             return np.empty((0, self.vocab_size), dtype=np.float32)
@@ -301,8 +296,10 @@ class ModelRunner:
         return flat.reshape(count, self.vocab_size)
 
     def _llama_decode(self, invariant: bool) -> None:
-        """On the compute thread: the batch, each row computed as it would be alone, or as fast as
-        possible."""
+        """On the compute thread: the batch, each row computed as it would be alone (the rows whose
+        logits are read), or with upstream's kernels (a prompt's other tokens: the tiled kernels from
+        8 rows, each row alone below that, whatever the cache held before the stretch, so both ways
+        of answering read a prompt alike)."""
         self.kernels.invariant(invariant)
         self.llama._ctx.decode(self.llama._batch)
 
