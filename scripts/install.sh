@@ -13,8 +13,8 @@ source scripts/llama_flags.sh
 # The bundled engine needs only the library, not llama.cpp's programs.
 flags="$llama_flags -DLLAMA_BUILD_TOOLS=OFF"
 engine=$(grep -E '^llama-cpp-python==' requirements.txt)
-# Built from the source release with one small patch: repacked (fast) weights computed batch-
-# invariantly, so that greedy speculation stays exact at full speed (scripts/patches/README.md).
+# Built from the source release with one small patch: a switch that computes each row of a batch as
+# it would be alone, which the server turns on for the rows it reads (scripts/patches/README.md).
 patch_file="scripts/patches/${engine/==/-}-batch-invariant.patch"
 wheels=$(wheel_dir "$engine" "$flags $(sha256sum "$patch_file" | cut -c1-16)")
 if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
