@@ -28,11 +28,10 @@ class Settings(BaseSettings):
     draft_host: str | None = None  # the draft model may live on another server
     embedded_host: str = "127.0.0.1"
     embedded_port: int = Field(default=11435, ge=1, le=65535)
-    # The embedded server computes the rows whose logits it reads as each would be alone, with
-    # weights unrepacked (utils/embedded/runtime/llama_params.py). True: repacked weights and
-    # upstream's batch kernels throughout, which round a row differently inside a batch than alone:
-    # plain decoding about 15% faster here, and greedy speculative answers may part from standard
-    # ones at near ties.
+    # The embedded server computes every row of a batch as it would be alone, with repacked (fast)
+    # weights (utils/embedded/runtime/llama_params.py, Kernels). True: upstream's batch kernels,
+    # which round a row differently inside a batch than alone: prompts read a few per cent faster
+    # here, and greedy speculative answers may part from standard ones at near ties.
     fast_batches: bool = False
     # Layers the embedded server puts on the GPU when llama.cpp was built with one (scripts/install.sh
     # builds with CUDA where nvcc is found): -1 all, 0 none. A CPU-only build ignores it.

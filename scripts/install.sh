@@ -14,7 +14,7 @@ source scripts/llama_flags.sh
 flags="$llama_flags -DLLAMA_BUILD_TOOLS=OFF"
 engine=$(grep -E '^llama-cpp-python==' requirements.txt)
 # Built from the source release with one small patch: a switch that computes each row of a batch as
-# it would be alone, which the server turns on for the rows it reads (scripts/patches/README.md).
+# it would be alone, with repacked weights, which the server keeps on (scripts/patches/README.md).
 patch_file="scripts/patches/${engine/==/-}-batch-invariant.patch"
 wheels=$(wheel_dir "$engine" "$flags $(sha256sum "$patch_file" | cut -c1-16)")
 if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then

@@ -88,6 +88,9 @@ async def test_server_greedy_answer_does_not_depend_on_the_previous_prompt(clien
     assert answer.response == llm.detokenize(generated, special=True).decode("utf-8", errors="replace")
 
 
+BATCHES = [*range(2, 9), 16, 24]  # every size a burst takes, and prompt stretches of several row groups
+
+
 def batch_differences(model: str, fast_batches: bool) -> dict[int, float]:
     """By batch size n: the largest logit difference between the last n rows of a prompt evaluated in
     one llama_decode and the same rows evaluated one at a time."""
@@ -96,36 +99,71 @@ def batch_differences(model: str, fast_batches: bool) -> dict[int, float]:
     path = ModelStore(get_settings().models_dir).path(model)
     runner = ModelRunner(model, path, 1024, threads=2, fast_batches=fast_batches)
     try:
+        assert runner.kernels.repacked  # the fast weights, exact or not
         tokens = runner.llama.tokenize(PROMPTS[2].encode() + b"The capital of Italy is Rome, a city", special=True)
-        slot, first = runner.slots[0], len(tokens) - 8
+        slot, first = runner.slots[0], len(tokens) - max(BATCHES)
         single = np.concatenate([runner._evaluate(slot, tokens[: n + 1], first_row=n)
                                  for n in range(first, len(tokens))])
-        runner.exact_rows = 8  # one llama_decode for each batch below, whatever the kernels
+        runner.exact_rows = max(BATCHES)  # one llama_decode for each batch below, whatever the kernels
         return {n: float(np.abs(runner._evaluate(slot, tokens, first_row=len(tokens) - n) - single[-n:]).max())
-                for n in range(2, 9)}
+                for n in BATCHES}
     finally:
         runner.close()
 
 
 @pytest.mark.parametrize("model", ["smollm2:135m", "qwen2.5-coder:0.5b", "qwen2.5-coder:1.5b"])
 def test_rows_are_computed_the_same_in_a_batch_and_alone(model):
-    """Why greedy speculation can be exact: with the engine's build and default settings a row's logits
-    do not depend on how many rows share its batch (2 to 8; the tiled kernels would take 8)."""
+    """Why greedy speculation can be exact: with the engine's build and default settings (repacked
+    weights) a row's logits do not depend on how many rows share its batch."""
     from utils.embedded.runtime.llama_params import _invariance_switch
 
     assert _invariance_switch() is not None, "this llama.cpp lacks the batch-invariance patch (scripts/install.sh)"
     differences = batch_differences(model, fast_batches=False)
     print(f"{model}: largest logit difference, batch of n against alone: {differences}")
-    assert differences == {n: 0.0 for n in range(2, 9)}
+    assert differences == {n: 0.0 for n in BATCHES}
 
 
 def test_upstream_batch_kernels_are_not_exact():
-    """The check can tell the kernels apart: with SPEC_FAST_BATCHES (repacked weights, upstream's
-    kernels) a row in a batch of 4 or more differs from the same row alone."""
+    """The check can tell the kernels apart: with SPEC_FAST_BATCHES (upstream's kernels) a row in a
+    batch of 4 or more differs from the same row alone."""
     differences = batch_differences("qwen2.5-coder:0.5b", fast_batches=True)
     print(f"qwen2.5-coder:0.5b with fast batches: {differences}")
     assert differences[2] == differences[3] == 0.0  # fewer than 4 rows go one by one upstream too
-    assert all(differences[n] > 0.0 for n in range(4, 9))
+    assert all(differences[n] > 0.0 for n in BATCHES if n >= 4)
+
+
+def logits_after_cached_prefixes(model: str, fast_batches: bool, cached: list[int]) -> list[np.ndarray]:
+    """The last token's logits of one prompt, read after the cache held its first k tokens, for each k
+    in `cached`: the rest of the prompt is then read in one stretch that begins at k."""
+    from utils.embedded.runtime.runner import ModelRunner
+
+    path = ModelStore(get_settings().models_dir).path(model)
+    runner = ModelRunner(model, path, 1024, threads=2, fast_batches=fast_batches)
+    try:
+        tokens = runner.llama.tokenize(PROMPTS[1].encode() + PROMPTS[2].encode(), special=True)
+        slot, out = runner.slots[0], []
+        for k in cached:
+            runner._evaluate(slot, tokens[:k], first_row=k - 1)
+            out.append(runner._evaluate(slot, tokens, first_row=len(tokens) - 1))
+        return out
+    finally:
+        runner.close()
+
+
+CACHED = [1, 6, 13, 27]
+
+
+def test_a_prompt_is_read_the_same_whatever_the_cache_held():
+    """Why conversations stay exact: the KV entries a prompt leaves do not depend on where the stretch
+    that read it began (in a conversation: on what the cache held from the turn before)."""
+    first, *others = logits_after_cached_prefixes("qwen2.5-coder:1.5b", False, CACHED)
+    assert all(np.array_equal(first, other) for other in others)
+
+
+def test_upstream_kernels_read_a_prompt_differently_by_where_it_began():
+    """The check can tell: upstream's 4-row gemm leaves other KV entries when a stretch begins elsewhere."""
+    first, *others = logits_after_cached_prefixes("qwen2.5-coder:1.5b", True, CACHED)
+    assert any(not np.array_equal(first, other) for other in others)
 
 
 def run_jobs(runner, prompts: list[bytes], num_predict: int, together: bool) -> list[tuple[list[int], object]]:

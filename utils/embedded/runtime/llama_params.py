@@ -40,36 +40,33 @@ def llama_defaults(function: str, **fields: object) -> Iterator[None]:
 
 
 class Kernels:
-    """Which of llama.cpp's CPU kernels compute a batch, chosen per llama_decode.
+    """Which of llama.cpp's CPU kernels compute a batch.
 
-    llama.cpp computes a batch of rows with other kernels than a row alone: the tiled K-quant
-    kernels from 8 rows, and with repacked weights a 4-row gemm. A verified token could then differ
-    from the standard one at a near tie. scripts/install.sh builds llama.cpp with a patch that adds
-    a switch, batch invariance (scripts/patches/README.md): while it is on, every row is computed as
-    it would be alone. The runner turns it on for the decodes whose logits it reads (a token, a
-    validator burst), so those rows equal a lone token's bit for bit, whatever K, and off for a
-    prompt's other tokens, which the tiled kernels then read fast from 8 rows (fewer go row by row
-    anyway, so the few tokens a split burst evaluates without logits are computed as alone).
+    Upstream llama.cpp computes a batch of rows with other kernels than a row alone: with repacked
+    weights a 4-row gemm, with unrepacked K-quants tiled kernels from 8 rows. A verified token could
+    then differ from the standard one at a near tie, and the KV entries a prompt leaves would depend
+    on where its stretch began, that is on what the cache held before. scripts/install.sh builds
+    llama.cpp with a patch that adds a switch, batch invariance (scripts/patches/README.md): while it
+    is on, every row is computed as a token decoded alone is, with repacked (fast) weights, several
+    rows at a time. The runner keeps it on for every decode, so a token's logits and KV entries are
+    the same bits whatever shares its batch: bursts of any K, prompts read in stretches of any length.
 
-    Weights stay unrepacked unless `fast_batches`. Repacked, a prompt's rows are computed four at a
-    time and the rows left over one by one, so a token's KV entry depended on where its prompt
-    stretch began, that is on what the cache held: on the multi-turn benchmark 78-89% of greedy
-    speculative answers equalled the standard ones, and 86% of standard answers their own repeat
-    (docs/performance.md, "Plain decoding"). Computing prompts row by row as well reads them a
-    third as fast. `fast_batches`: repacked weights, upstream's kernels everywhere, not exact. A
-    llama.cpp without the patch (installed some other way) computes rows exactly in batches of up
-    to 7 only (the tiled kernels), which `exact_rows` keeps.
+    `fast_batches`: upstream's kernels everywhere, not exact (about as fast: they read prompts a few
+    per cent faster). A llama.cpp without the patch (installed some other way) loads weights
+    unrepacked and computes rows exactly in batches of up to 7 only, below the tiled kernels' 8:
+    `exact_rows` keeps that.
     """
 
     def __init__(self, fast_batches: bool):
         self.fast_batches = fast_batches
         patched = _invariance_switch() is not None
-        self.repacked = fast_batches  # load weights repacked
+        self.repacked = patched or fast_batches  # load weights repacked
         self.exact_rows = None if patched or fast_batches else 7  # None: no limit
 
-    def invariant(self, on: bool) -> None:
-        """Compute the next decode's rows as each would be alone (on), or as fast as possible."""
-        set_batch_invariance(on and not self.fast_batches)
+    def apply(self) -> None:
+        """Before each llama_decode, on the compute thread: the switch is process-wide, and the
+        embedder turns it off for its own decodes."""
+        set_batch_invariance(not self.fast_batches)
 
 
 def set_batch_invariance(on: bool) -> None:

@@ -59,9 +59,8 @@ class ModelRunner:
         self.gpu_layers = gpu_layers if llama_cpp.llama_supports_gpu_offload() else 0
         self.batch = batch  # False: one request at a time, like Ollama with OLLAMA_NUM_PARALLEL=1
         parallel = max(1, min(parallel, llama_cpp.llama_max_parallel_sequences())) if batch else 1
-        # The rows whose logits are read computed as each would be alone (Kernels; no llamafile
-        # kernels either, see scripts/llama_flags.sh): a verified token is the standard one bit for
-        # bit. Each slot's sequence gets a whole `num_ctx` (kv_unified off).
+        # Every row computed as it would be alone (Kernels; no llamafile kernels either, see
+        # scripts/llama_flags.sh): a verified token is the standard one bit for bit. Each slot's sequence gets a whole `num_ctx` (kv_unified off).
         self.kernels = Kernels(fast_batches)
         with llama_defaults("llama_model_default_params", use_extra_bufts=self.kernels.repacked), \
                 llama_defaults("llama_context_default_params", n_seq_max=parallel, kv_unified=False):
@@ -288,19 +287,16 @@ class ModelRunner:
         self._batch_logits[:count] = rows
         self._batch_logits[count - 1] = 1  # llama.cpp always gives the last token's logits
         self.llama._batch.batch.n_tokens = count
-        _COMPUTE.submit(self._llama_decode, rows).result()
+        _COMPUTE.submit(self._llama_decode).result()
         self.decodes += 1
         if not rows:
             return np.empty((0, self.vocab_size), dtype=np.float32)
         flat = np.ctypeslib.as_array(self.llama._ctx.get_logits(), shape=(count * self.vocab_size,))
         return flat.reshape(count, self.vocab_size)
 
-    def _llama_decode(self, invariant: bool) -> None:
-        """On the compute thread: the batch, each row computed as it would be alone (the rows whose
-        logits are read), or with upstream's kernels (a prompt's other tokens: the tiled kernels from
-        8 rows, each row alone below that, whatever the cache held before the stretch, so both ways
-        of answering read a prompt alike)."""
-        self.kernels.invariant(invariant)
+    def _llama_decode(self) -> None:
+        """On the compute thread: the batch, each row computed as it would be alone (Kernels)."""
+        self.kernels.apply()
         self.llama._ctx.decode(self.llama._batch)
 
     # -- generation -------------------------------------------------------------------------------
