@@ -8,8 +8,9 @@ ratio (1.0 is the goal).
 With `--native`: what exactness costs. Four servers answer the same greedy prompts in turn, the
 same GGUF on the same threads: the embedded server as shipped (repacked weights, every row
 computed as it would be alone), the embedded server with SPEC_FAST_BATCHES=1 (upstream's batch
-kernels throughout, not exact), and llama.cpp's llama-server (the `bench --native` anchor) twice: with the embedded server's OpenMP wait (GOMP_SPINCOUNT, the same for both) and with
-libgomp's default, which spins far longer between steps (faster on a quiet machine, much slower
+kernels throughout, not exact), and llama.cpp's llama-server (the `bench --native` anchor) twice:
+with the embedded server's OpenMP wait (GOMP_SPINCOUNT, the same for both) and with libgomp's
+default, which spins far longer between steps (faster on a quiet machine, much slower
 beside a busy core). It prints each one's engine tokens/s for decoding (96 tokens) and for reading
 a prompt of about 600 new tokens, as the engines report them, every run's figure, and the ratios
 to llama-server at the same wait.

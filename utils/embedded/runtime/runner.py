@@ -60,7 +60,8 @@ class ModelRunner:
         self.batch = batch  # False: one request at a time, like Ollama with OLLAMA_NUM_PARALLEL=1
         parallel = max(1, min(parallel, llama_cpp.llama_max_parallel_sequences())) if batch else 1
         # Every row computed as it would be alone (Kernels; no llamafile kernels either, see
-        # scripts/llama_flags.sh): a verified token is the standard one bit for bit. Each slot's sequence gets a whole `num_ctx` (kv_unified off).
+        # scripts/llama_flags.sh): a verified token is the standard one bit for bit. Each slot's
+        # sequence gets a whole `num_ctx` (kv_unified off).
         self.kernels = Kernels(fast_batches)
         with llama_defaults("llama_model_default_params", use_extra_bufts=self.kernels.repacked), \
                 llama_defaults("llama_context_default_params", n_seq_max=parallel, kv_unified=False):
