@@ -30,8 +30,8 @@ class Settings(BaseSettings):
     embedded_port: int = Field(default=11435, ge=1, le=65535)
     # The embedded server computes every row of a batch as it would be alone, with repacked (fast)
     # weights (utils/embedded/runtime/llama_params.py, Kernels). True: upstream's batch kernels,
-    # which round a row differently inside a batch than alone: prompts read a few per cent faster
-    # here, and greedy speculative answers may part from standard ones at near ties.
+    # which round a row differently inside a batch than alone: no faster here (the same kernels for
+    # a lone token, slower prompts), and greedy speculative answers may part from standard ones.
     fast_batches: bool = False
     # Layers the embedded server puts on the GPU when llama.cpp was built with one (scripts/install.sh
     # builds with CUDA where nvcc is found): -1 all, 0 none. A CPU-only build ignores it.

@@ -51,8 +51,8 @@ class Kernels:
     rows at a time. The runner keeps it on for every decode, so a token's logits and KV entries are
     the same bits whatever shares its batch: bursts of any K, prompts read in stretches of any length.
 
-    `fast_batches`: upstream's kernels everywhere, not exact (about as fast: they read prompts a few
-    per cent faster). A llama.cpp without the patch (installed some other way) loads weights
+    `fast_batches`: upstream's kernels everywhere, not exact (no faster on this CPU: a lone token
+    takes the same kernels, and prompts are read slower). A llama.cpp without the patch (installed some other way) loads weights
     unrepacked and computes rows exactly in batches of up to 7 only, below the tiled kernels' 8:
     `exact_rows` keeps that.
     """
