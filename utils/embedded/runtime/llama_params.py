@@ -52,9 +52,9 @@ class Kernels:
     the same bits whatever shares its batch: bursts of any K, prompts read in stretches of any length.
 
     `fast_batches`: upstream's kernels everywhere, not exact (no faster on this CPU: a lone token
-    takes the same kernels, and prompts are read slower). A llama.cpp without the patch (installed some other way) loads weights
-    unrepacked and computes rows exactly in batches of up to 7 only, below the tiled kernels' 8:
-    `exact_rows` keeps that.
+    takes the same kernels, and prompts are read slower). A llama.cpp without the patch (installed
+    some other way) loads weights unrepacked and computes rows exactly in batches of up to 7 only,
+    below the tiled kernels' 8: `exact_rows` keeps that.
     """
 
     def __init__(self, fast_batches: bool):
