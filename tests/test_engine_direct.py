@@ -7,6 +7,9 @@ tokenize the prompt once, evaluate, take the argmax, repeat.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import ollama
 import pytest
@@ -88,17 +91,25 @@ async def test_server_greedy_answer_does_not_depend_on_the_previous_prompt(clien
     assert answer.response == llm.detokenize(generated, special=True).decode("utf-8", errors="replace")
 
 
+@contextmanager
+def direct_runner(model: str, **options: object) -> Iterator[object]:
+    """The embedded server's model runner for `model`, with no server around it; closed afterwards."""
+    from utils.embedded.runtime.runner import ModelRunner
+
+    runner = ModelRunner(model, ModelStore(get_settings().models_dir).path(model), 1024, threads=2, **options)
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
 BATCHES = [*range(2, 9), 16, 24]  # every size a burst takes, and prompt stretches of several row groups
 
 
 def batch_differences(model: str, fast_batches: bool) -> dict[int, float]:
     """By batch size n: the largest logit difference between the last n rows of a prompt evaluated in
     one llama_decode and the same rows evaluated one at a time."""
-    from utils.embedded.runtime.runner import ModelRunner
-
-    path = ModelStore(get_settings().models_dir).path(model)
-    runner = ModelRunner(model, path, 1024, threads=2, fast_batches=fast_batches)
-    try:
+    with direct_runner(model, fast_batches=fast_batches) as runner:
         assert runner.kernels.repacked  # the fast weights, exact or not
         tokens = runner.llama.tokenize(PROMPTS[2].encode() + b"The capital of Italy is Rome, a city", special=True)
         slot, first = runner.slots[0], len(tokens) - max(BATCHES)
@@ -107,8 +118,6 @@ def batch_differences(model: str, fast_batches: bool) -> dict[int, float]:
         runner.exact_rows = max(BATCHES)  # one llama_decode for each batch below, whatever the kernels
         return {n: float(np.abs(runner._evaluate(slot, tokens, first_row=len(tokens) - n) - single[-n:]).max())
                 for n in BATCHES}
-    finally:
-        runner.close()
 
 
 @pytest.mark.parametrize("model", ["smollm2:135m", "qwen2.5-coder:0.5b", "qwen2.5-coder:1.5b"])
@@ -135,19 +144,13 @@ def test_upstream_batch_kernels_are_not_exact():
 def logits_after_cached_prefixes(model: str, fast_batches: bool, cached: list[int]) -> list[np.ndarray]:
     """The last token's logits of one prompt, read after the cache held its first k tokens, for each k
     in `cached`: the rest of the prompt is then read in one stretch that begins at k."""
-    from utils.embedded.runtime.runner import ModelRunner
-
-    path = ModelStore(get_settings().models_dir).path(model)
-    runner = ModelRunner(model, path, 1024, threads=2, fast_batches=fast_batches)
-    try:
+    with direct_runner(model, fast_batches=fast_batches) as runner:
         tokens = runner.llama.tokenize(PROMPTS[1].encode() + PROMPTS[2].encode(), special=True)
         slot, out = runner.slots[0], []
         for k in cached:
             runner._evaluate(slot, tokens[:k], first_row=k - 1)
             out.append(runner._evaluate(slot, tokens, first_row=len(tokens) - 1))
         return out
-    finally:
-        runner.close()
 
 
 CACHED = [1, 6, 13, 27]
@@ -203,10 +206,7 @@ def run_jobs(runner, prompts: list[bytes], num_predict: int, together: bool) -> 
 def test_a_validator_burst_is_one_llama_decode(k):
     """K+1 nested one-token prompts (context, context+d1, ...) are answered from ONE llama_decode,
     each exactly as it is answered alone."""
-    from utils.embedded.runtime.runner import ModelRunner
-
-    runner = ModelRunner(MODEL, ModelStore(get_settings().models_dir).path(MODEL), 1024, threads=2)
-    try:
+    with direct_runner(MODEL) as runner:
         context = PROMPTS[0].encode()
         [(drafts, _)] = run_jobs(runner, [context], k, together=False)
         pieces = [runner.pieces[t] for t in drafts]
@@ -221,18 +221,13 @@ def test_a_validator_burst_is_one_llama_decode(k):
         alone = run_jobs(runner, prompts, 1, together=False)
         assert [made for made, _ in together] == [made for made, _ in alone]
         assert counts == [done.prompt_eval_count for _, done in alone]
-    finally:
-        runner.close()
 
 
 def test_answers_in_progress_advance_together_each_as_it_would_alone():
     """Concurrent answers share the worker: each has its own KV-cache sequence, and their next tokens
     are evaluated in one llama_decode. Each greedy answer is still exactly the one it gets alone,
     and the worker needed fewer decodes than running them one after another."""
-    from utils.embedded.runtime.runner import ModelRunner
-
-    runner = ModelRunner(MODEL, ModelStore(get_settings().models_dir).path(MODEL), 1024, threads=2, parallel=3)
-    try:
+    with direct_runner(MODEL, parallel=3) as runner:
         prompts = [prompt.encode() for prompt in PROMPTS]
         before = runner.decodes
         alone = [run_jobs(runner, [prompt], NUM_PREDICT, together=False)[0] for prompt in prompts]
@@ -243,17 +238,13 @@ def test_answers_in_progress_advance_together_each_as_it_would_alone():
         assert [made for made, _ in together] == [made for made, _ in alone]
         assert sorted(len(made) for made, _ in together)[-2] == NUM_PREDICT  # two long answers at least
         assert runner.decodes - before < one_by_one * 3 // 4
-    finally:
-        runner.close()
 
 
 def test_a_failure_between_tokens_ends_the_answers_with_an_error_and_the_worker_goes_on():
     """A llama.cpp failure while answers are in progress is each answer's error, not the worker's end."""
     from utils.embedded.runtime.jobs import RunnerError
-    from utils.embedded.runtime.runner import ModelRunner
 
-    runner = ModelRunner(MODEL, ModelStore(get_settings().models_dir).path(MODEL), 1024, threads=2)
-    try:
+    with direct_runner(MODEL) as runner:
         working = runner._decode_across
 
         def fail_once(items):
@@ -266,5 +257,3 @@ def test_a_failure_between_tokens_ends_the_answers_with_an_error_and_the_worker_
         assert len(made) == 1  # the first token came from the prompt's own evaluation
         [(made, done)] = run_jobs(runner, [PROMPTS[1].encode()], NUM_PREDICT, together=False)
         assert not isinstance(done, RunnerError) and len(made) == NUM_PREDICT
-    finally:
-        runner.close()
