@@ -105,10 +105,11 @@ async def test_a_short_match_drafts_a_short_draft() -> None:
 
 
 @pytest.mark.parametrize(("d", "e", "cut", "drafted"), [
-    (1, 1, MIN_TOKEN_PROB, [" D"]),  # 50/50: 0.5 >= 0.1, the first branch seen
+    (1, 1, MIN_TOKEN_PROB, [" E"]),  # 50/50: 0.5 >= 0.1, the latest branch seen (edits: the newest version)
     (1, 1, 0.6, []),  # 50/50 under a 0.6 threshold: nothing
     (19, 1, 0.6, [" D"]),  # 95/5: 0.95
     (1, 19, 0.6, [" E"]),  # the most frequent branch, whichever came first
+    (19, 1, MIN_TOKEN_PROB, [" D"]),  # the most frequent branch, though another came later
 ])
 async def test_the_probability_cut(d: int, e: int, cut: float, drafted: list[str]) -> None:
     suffix = drafter(min_prob=cut)
@@ -122,8 +123,8 @@ async def test_the_probability_cut(d: int, e: int, cut: float, drafted: list[str
 async def test_the_running_probability_stops_the_draft() -> None:
     # Four 50/50 branch points in a row after a 7-piece match: 0.5, 0.25, 0.125 pass 0.1, 0.0625 does not.
     suffix = drafter()
-    for times, end in ((1, "D E F G"), (1, "D E F H"), (2, "D E Z"), (4, "D Y"), (8, "X")):
-        for _ in range(times):  # the first branch seen wins a tie
+    for times, end in ((8, "X"), (4, "D Y"), (2, "D E Z"), (1, "D E F G"), (1, "D E F H")):
+        for _ in range(times):  # the latest branch seen wins a tie
             suffix.finish("", f"P Q R S A B C {end}")
     assert await draft(suffix, "P Q R S A B C") == [" D", " E", " F"]
     tree = suffix.store.tree
@@ -193,7 +194,7 @@ def test_the_finish_hook_is_part_of_every_drafter() -> None:
 
 async def test_each_piece_carries_its_count_ratio_weighed_by_its_match_length() -> None:
     suffix = drafter()
-    for times, end in ((1, "D E F G"), (1, "D E F H"), (2, "D E Z"), (4, "D Y"), (8, "X")):
+    for times, end in ((8, "X"), (4, "D Y"), (2, "D E Z"), (1, "D E F G"), (1, "D E F H")):
         for _ in range(times):
             suffix.finish("", f"P Q R S A B C {end}")
     # Running probabilities 0.5, 0.25, 0.125 are ratios of 0.5 each, after a 7-piece match: 7/11 of them.
@@ -201,3 +202,24 @@ async def test_each_piece_carries_its_count_ratio_weighed_by_its_match_length() 
     # " Z" twice, once followed by " Q" (the other is the context's end): a ratio of 0.5 after a
     # 1-piece match, weighed 1/5.
     assert (await drafter("w").propose("A Z Q R S T U V W X B Z", 8, GREEDY)).confidence == [0.1]
+
+
+async def test_a_copy_is_matched_though_the_context_ends_inside_one_of_its_pieces() -> None:
+    # The history reads '{\n' '  "' 'tool'; the answer so far ends in '{\n ', which the target wrote as
+    # '{\n' ' ' and which never occurred as pieces: the tree is followed to '{\n' and its continuation,
+    # '  "tool', must begin with the open ' ', the draft being what comes after it.
+    vocabulary = {"x", "{\n", "{", "\n", "\t", " ", "  ", '  "', ' "', '"', "tool", '":', " 1", "}"}
+    suffix = drafter("tail", vocabulary)
+    assert await draft(suffix, 'x{\n  "tool": 1}\nx{\n ') == [' "', "tool"]  # a 2-piece match: 2 pieces
+    assert suffix.open[-1].text == 'x{\n  "tool": 1}\nx{\n'  # ' ' could still become '  "': not in the tree
+    # An open tail the continuation contradicts drafts nothing.
+    assert await draft(drafter("tail2", vocabulary), 'x{\n  "tool": 1}\nx{\n\t') == []
+
+
+async def test_only_pieces_whose_boundary_is_final_enter_the_answer_tree() -> None:
+    vocabulary = WORDS | {" CD"}  # " C" at the end may yet become " CD"
+    suffix = drafter("final", vocabulary)
+    assert await draft(suffix, "P A B C D E X A B C") == [" D", " E", " X"]
+    assert suffix.open[-1].text == "P A B C D E X A B"
+    assert await draft(suffix, "P A B C D E X A B C D") == [" E", " X", " A", " B"]  # " C" " D" now final
+    assert suffix.open[-1].text == "P A B C D E X A B C D"

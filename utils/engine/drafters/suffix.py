@@ -1,8 +1,8 @@
 """Suffix decoding (SuffixDecoding, arXiv 2411.04975; ArcticInference and vLLM's `method: "suffix"`): no
 model, the likeliest continuation of the context's end in suffix trees of this answer and of earlier ones.
 
-Two trees over the target's token pieces, each a suffix trie cut at depth `MAX_DEPTH` whose node counts
-how often its piece sequence occurred:
+Two trees over the target's token pieces (`utils/engine/suffix_tree.py`), each a suffix trie cut at
+depth `MAX_DEPTH` whose node counts how often its piece sequence occurred:
 
 - the answer's own tree: its prompt and what it has generated so far, extended piece by piece as the
   context grows (one per answer in progress; a later context that extends an earlier one, such as the
@@ -13,208 +13,43 @@ how often its piece sequence occurred:
   (server and model), never shared between targets.
 
 A proposal tries every length d of the context's end that occurs in a tree, follows the most frequent
-child from there while the running product of count ratios (child / node) stays at or above
-`MIN_TOKEN_PROB`, for at most min(K, `MAX_SPEC_FACTOR` x d) pieces (and `MAX_DEPTH` - d: the tree's
-depth bounds match plus draft), and keeps the draft with the highest score (the sum of those
-probabilities), the longer match on a tie; the better of the two trees' drafts wins. The defaults are
-vLLM's for `method: "suffix"` (depth 24, factor 1.0, probability 0.1).
-"""
+child from there (the latest seen on a tie: an edit repeats the newest version) while the running
+product of count ratios (child / node) stays at or above `MIN_TOKEN_PROB`, for at most
+min(K, `MAX_SPEC_FACTOR` x d) pieces (and `MAX_DEPTH` - d: the tree's depth bounds match plus draft),
+and keeps the draft with the highest score (the sum of those probabilities), the longer match on a
+tie; the better of the two trees' drafts wins. The defaults are vLLM's for `method: "suffix"` (depth
+24, factor 1.0, probability 0.1).
+
+Text is cut into pieces the same way wherever it occurs, so that a copy matches its original; only
+the context's last characters are matched as text (`SuffixDrafter`). Before, the context's end was
+cut on its own and missed the copy wherever the target had split the text otherwise than the prompt
+was cut (JSON and indentation above all): docs/performance.md has what that cost."""
 
 from __future__ import annotations
 
-from array import array
+from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from utils.engine.drafters.base import Draft, Drafter, DraftSetup
+from utils.engine.suffix_tree import (
+    MAX_DEPTH,
+    MAX_SPEC_FACTOR,
+    MIN_TOKEN_PROB,
+    Proposal,
+    SuffixTree,
+    confidence,
+    speculate,
+)
 from utils.engine.tokenizers import vocabulary
 from utils.sampling import SamplingOptions
 
 SUFFIX = "suffix"
-MAX_DEPTH = 24  # vLLM suffix_decoding_max_tree_depth
-MAX_SPEC_FACTOR = 1.0  # vLLM suffix_decoding_max_spec_factor: draft <= factor x match length
-MIN_TOKEN_PROB = 0.1  # vLLM suffix_decoding_min_token_prob (the paper's threshold)
 MAX_ANSWERS = 1000  # answers kept per target (vLLM: 10,000; here MAX_NODES is usually the bound that acts)
 MAX_NODES = 1_000_000  # nodes per target's shared tree: about 23 MB measured (12 bytes a node + branches)
 PROMPT_TAIL = MAX_DEPTH - 1  # pieces of the prompt kept before each answer in the shared tree
-MATCH_WEIGHT = 4  # a match of this many pieces weighs a piece's count ratio by half (confidence)
 OPEN_ANSWERS = 8  # answer trees a drafter keeps (answers in progress at once; the next turn of a chat)
-
-
-class SuffixTree:
-    """A suffix trie over piece ids cut at `depth`: node n (0 is the root) stands for one piece
-    sequence, `count[n]` the positions where it starts, `best[n]` its most frequent child (-1: none),
-    the only child unless `kids[n]` lists them all. Flat arrays: no Python object per node, so a large
-    tree costs the garbage collector nothing and a node about 12 bytes plus its share of `kids`.
-
-    A sequence is added piece by piece through its active nodes (the nodes of its suffixes, by length).
-    """
-
-    def __init__(self, depth: int = MAX_DEPTH):
-        self.depth = depth
-        self.count = array("i", [0])
-        self.token = array("i", [-1])
-        self.best = array("i", [-1])
-        self.kids: dict[int, dict[int, int]] = {}
-        self.free: list[int] = []  # node numbers freed by `remove`, used again first
-        self.nodes = 1
-
-    def child(self, node: int, token: int) -> int:
-        best = self.best[node]
-        if best < 0 or self.token[best] == token:
-            return best
-        kids = self.kids.get(node)
-        return -1 if kids is None else kids.get(token, -1)
-
-    def _new(self, token: int) -> int:
-        self.nodes += 1
-        if self.free:
-            node = self.free.pop()
-            self.count[node], self.token[node], self.best[node] = 0, token, -1
-            return node
-        self.count.append(0)
-        self.token.append(token)
-        self.best.append(-1)
-        return len(self.count) - 1
-
-    def extend(self, active: list[int], tokens: list[int]) -> list[int]:
-        """Append `tokens` to the sequence whose suffixes of length 1.. end at `active` (a new sequence:
-        []); returns its active nodes afterwards, by length, up to depth - 1."""
-        count, token_of, best_of, kids_of, last = self.count, self.token, self.best, self.kids, self.depth - 1
-        for token in tokens:
-            grown = []
-            for node in (0, *active):
-                best = best_of[node]
-                if best >= 0 and token_of[best] == token:
-                    child = best
-                else:
-                    kids = kids_of.get(node)
-                    child = -1 if kids is None else kids.get(token, -1)
-                    if child < 0:
-                        child = self._new(token)
-                        if best < 0:
-                            best_of[node] = child
-                        else:
-                            if kids is None:
-                                kids = kids_of[node] = {token_of[best]: best}
-                            kids[token] = child
-                seen = count[child] + 1
-                count[child] = seen
-                if best >= 0 and child != best and seen > count[best]:
-                    best_of[node] = child
-                grown.append(child)
-            active = grown[:last]
-        return active
-
-    def remove(self, tokens: list[int]) -> None:
-        """Take back a sequence added with `extend`: every count it added, and the nodes left at 0."""
-        count, best_of, kids_of = self.count, self.best, self.kids
-        depth, size = self.depth, len(tokens)
-        for start in range(size):
-            node, end = 0, min(start + depth, size)
-            for at in range(start, end):
-                child = self.child(node, tokens[at])
-                if child < 0:  # cannot happen for a sequence that was added
-                    break
-                count[child] -= 1
-                kids = kids_of.get(node)
-                if count[child] == 0:  # this occurrence was its only one: it and the chain below go
-                    self._free(child, tokens[at + 1 : end])
-                    if kids is not None:
-                        del kids[tokens[at]]
-                    if best_of[node] == child:
-                        best_of[node] = max(kids.values(), key=count.__getitem__) if kids else -1
-                    if kids is not None and not kids:
-                        del kids_of[node]
-                    break
-                if best_of[node] == child and kids is not None and node:
-                    best_of[node] = max(kids.values(), key=count.__getitem__)
-                node = child
-
-    def _free(self, node: int, below: list[int]) -> None:
-        """`node` and the chain under it along `below` (all of count 1, this sequence's own)."""
-        chain = [node]
-        for token in below:
-            node = self.child(node, token)
-            if node < 0:
-                break
-            chain.append(node)
-        for node in chain:
-            self.kids.pop(node, None)
-            self.best[node] = -1
-        self.free += chain
-        self.nodes -= len(chain)
-
-    def suffixes(self, tokens: list[int]) -> list[int]:
-        """The nodes of the sequence's suffixes that occur here, by length (1, 2, ...)."""
-        found: list[int] = []
-        start = max(0, len(tokens) - self.depth + 1)
-        for length in range(1, len(tokens) - start + 1):
-            node = 0
-            for token in tokens[len(tokens) - length:]:
-                node = self.child(node, token)
-                if node < 0:
-                    return found
-            found.append(node)
-        return found
-
-    def follow(self, active: list[int], token: int) -> list[int]:
-        """The active nodes once `token` is appended to a sequence that is not stored here."""
-        grown = []
-        for node in (0, *active):
-            child = self.child(node, token)
-            if child < 0:
-                break
-            grown.append(child)
-        return grown[: self.depth - 1]
-
-
-@dataclass
-class Proposal:
-    """A draft from one tree: piece ids, the probability of each, their sum, the match length."""
-
-    tokens: list[int] = field(default_factory=list)
-    probs: list[float] = field(default_factory=list)
-    score: float = 0.0
-    match: int = 0
-
-
-def speculate(tree: SuffixTree, active: list[int], k: int, factor: float = MAX_SPEC_FACTOR,
-              min_prob: float = MIN_TOKEN_PROB) -> Proposal:
-    """ArcticInference's path speculation over every match length; `active[d - 1]` matches the last d."""
-    count, best_of, token_of, depth = tree.count, tree.best, tree.token, tree.depth
-    best = Proposal()
-    for length, node in enumerate(active, 1):
-        if best_of[node] < 0:  # no continuation for this end, nor for any longer one
-            break
-        limit = min(k, int(length * factor + 1e-6), depth - length)
-        tokens: list[int] = []
-        probs: list[float] = []
-        prob, score = 1.0, 0.0
-        while len(tokens) < limit:
-            child = best_of[node]
-            if child < 0:
-                break
-            prob *= count[child] / count[node]
-            if prob < min_prob:
-                break
-            tokens.append(token_of[child])
-            probs.append(prob)
-            score += prob
-            node = child
-        if tokens and score >= best.score:
-            best = Proposal(tokens, probs, score, length)
-    return best
-
-
-def confidence(proposal: Proposal) -> list[float]:
-    """Each piece's survival estimate: its count ratio (the running probability over the one before),
-    weighed by how long a match it continues, m / (m + 4), since a ratio of 1 after a 2-piece match is
-    one occurrence, and after a 16-piece one a copy. The controller calibrates it by what it measures."""
-    weight = proposal.match / (proposal.match + MATCH_WEIGHT)
-    ratios = [b / a for a, b in zip([1.0, *proposal.probs], proposal.probs)]
-    return [ratio * weight for ratio in ratios]
 
 
 class _Store:
@@ -223,6 +58,7 @@ class _Store:
     def __init__(self, max_answers: int, max_nodes: int, depth: int):
         self.vocabulary: set[str] | None = None
         self.reach: dict[str, int] = {}
+        self.ordered: list[str] = []  # the vocabulary in order: which pieces begin with a text
         self.ids: dict[str, int] = {}
         self.texts: list[str] = []
         self.tree = SuffixTree(depth)
@@ -260,7 +96,8 @@ def clear_suffix_trees() -> None:
 
 @dataclass(eq=False)
 class _Open:
-    """One answer's tree, over the text read so far, and where its end stands in the shared tree."""
+    """One answer's tree over the context's pieces whose boundaries are final (`text`), and where its
+    end stands in the shared tree."""
 
     text: str
     tree: SuffixTree
@@ -273,11 +110,16 @@ class _Open:
 class SuffixDrafter(Drafter):
     """Answers that repeat their prompt or earlier answers (agents, edits, the same request again).
 
-    The context is cut into the target's own token pieces (greedy longest match over its vocabulary,
-    as prompt lookup does), only where it is new since the last proposal. Its pieces carry no
-    probabilities, so sampled answers are verified by sample-match. A proposal at a 4,000-piece context
-    costs about 15 us (40 us with a shared tree that matches); an answer's first proposal reads its
-    whole prompt (about 40 ms for 3,000 pieces), and `finish` adds an answer in about 10 ms.
+    Text becomes the target's token pieces by greedy longest match over its vocabulary, the same way
+    wherever it occurs (prompt, answer, earlier answers), so that a copy matches its original. A
+    piece is added to the answer's tree once its boundary is final (no longer piece could start there
+    whatever text follows); the context's last characters, whose pieces may still change and which
+    the target may have split otherwise, are matched as text: the tree is followed from each point of
+    that open tail, and its continuation must begin with the rest of the tail, the draft being what
+    comes after, cut into pieces afresh. Its pieces carry no probabilities, so sampled answers are
+    verified by sample-match. A proposal at a 4,000-piece context costs about 30 us (55 us with a
+    shared tree that matches); an answer's first proposal reads its whole prompt (about 45 ms for
+    4,000 pieces), and `finish` adds an answer in about 10 ms.
     """
 
     kind = SUFFIX
@@ -293,6 +135,7 @@ class SuffixDrafter(Drafter):
         self.store = suffix_store(target, max_answers, max_nodes, depth)  # the bounds of its first drafter
         if self.store.vocabulary is not vocabulary:  # read once per target: 0.1 s for 150,000 pieces
             self.store.vocabulary, self.store.reach = vocabulary, {}
+            self.store.ordered = sorted(vocabulary)
             for piece in vocabulary:  # the longest piece that starts with each two characters
                 self.store.reach[piece[:2]] = max(self.store.reach.get(piece[:2], 0), len(piece))
         self.reach = self.store.reach
@@ -313,19 +156,66 @@ class SuffixDrafter(Drafter):
         if k <= 0:
             return Draft()
         answer = self._read(context)
-        if answer.version != self.store.version:  # answers were added or evicted: find the end again
-            answer.shared = self.store.tree.suffixes(answer.tokens)
-            answer.version = self.store.version
-        own = speculate(answer.tree, answer.active, k, self.factor, self.min_prob)
-        shared = speculate(self.store.tree, answer.shared, k, self.factor, self.min_prob)
-        best = own if own.score >= shared.score else shared
-        texts = self.store.texts
-        pieces: list[str] = []
-        for token in best.tokens:
-            if token < 0:  # a character the vocabulary has no piece for: the target writes it otherwise
+        store = self.store
+        if answer.version != store.version:  # answers were added or evicted: find the end again
+            answer.shared = store.tree.suffixes(answer.tokens)
+            answer.version = store.version
+        # The trees followed from the last final boundary through each piece of the open tail: at
+        # each point, the continuation must begin with the rest of the tail. A longer match, then
+        # this answer's own tree, wins a tie.
+        tail = context[len(answer.text):]
+        own, shared, start = answer.active, answer.shared, 0
+        best, best_rest = Proposal(), ""
+        pieces = self.tokens(tail)
+        for point in range(len(pieces) + 1):
+            if point:
+                token = pieces[point - 1]
+                start += len(self._text(token))
+                own, shared = answer.tree.follow(own, token), store.tree.follow(shared, token)
+            rest = tail[start:]
+            for tree, active in ((store.tree, shared), (answer.tree, own)):
+                proposal = self._continue(tree, active, rest, k)
+                if proposal.tokens and proposal.score >= best.score:
+                    best, best_rest = proposal, rest
+        return self._cut(best, best_rest, k)
+
+    def _continue(self, tree: SuffixTree, active: list[int], rest: str, k: int) -> Proposal:
+        """The tree's continuation from `active` if its text begins with `rest`, scored by the pieces
+        that reach past `rest` (an empty proposal otherwise)."""
+        proposal = speculate(tree, active, k + 1 if rest else k, self.factor, self.min_prob)
+        text = ""
+        for index, token in enumerate(proposal.tokens):
+            text += self._text(token)
+            if len(text) > len(rest):
+                if not text.startswith(rest):
+                    break
+                proposal.score = sum(proposal.probs[index:])
+                return proposal
+            if not rest.startswith(text):
                 break
-            pieces.append(texts[token])
-        return Draft(pieces=pieces, confidence=confidence(best)[: len(pieces)])
+        return Proposal()
+
+    def _cut(self, proposal: Proposal, rest: str, k: int) -> Draft:
+        """The continuation's text after `rest` in the target's pieces (longest first, up to the first
+        character that is no piece), each with the confidence of the tree piece it starts in."""
+        text, owners = "", []
+        for token, value in zip(proposal.tokens, confidence(proposal)):
+            text += self._text(token)
+            owners += [value] * len(self._text(token))
+        pieces: list[str] = []
+        values: list[float] = []
+        at = len(rest)
+        while at < len(text) and len(pieces) < k:
+            piece = self._piece(text, at)
+            if piece is None:
+                break
+            pieces.append(piece)
+            values.append(owners[at])
+            at += len(piece)
+        return Draft(pieces=pieces, confidence=values)
+
+    def _text(self, token: int) -> str:
+        return self.store.texts[token if token >= 0 else -1 - token]
 
     def finish(self, prompt: str, output: str) -> None:
         """An answer is complete: it goes into its target's shared tree, after the end of its prompt."""
@@ -333,16 +223,23 @@ class SuffixDrafter(Drafter):
         self.store.add(tail + self.tokens(output))
 
     def _read(self, context: str) -> _Open:
-        """The answer tree that `context` extends, brought up to it (a new one if none does)."""
+        """The answer tree that `context` extends, brought up to its last final piece boundary (a new
+        one if none does)."""
         found = max((a for a in self.open if context.startswith(a.text)), key=lambda a: len(a.text), default=None)
         if found is None:
             found = _Open("", SuffixTree(self.depth))
         else:
             self.open.remove(found)
         self.open.append(found)
-        if len(context) > len(found.text):
-            new = self.tokens(context[len(found.text):])
-            found.text = context
+        new, at, texts = [], len(found.text), self.store.texts
+        for token in self.tokens(context[at:]):
+            piece = texts[token]
+            if not self._final(context, at):
+                break
+            new.append(token)
+            at += len(piece)
+        if new:
+            found.text = context[:at]
             found.tokens = (found.tokens + new)[-self.depth:]
             found.active = found.tree.extend(found.active, new)
             if found.version == self.store.version:
@@ -350,20 +247,32 @@ class SuffixDrafter(Drafter):
                     found.shared = self.store.tree.follow(found.shared, token)
         return found
 
+    def _final(self, text: str, at: int) -> bool:
+        """Whether the piece at `at` stays what it is whatever text follows: no longer piece of the
+        vocabulary begins with all of `text[at:]`."""
+        rest = text[at:]
+        if len(rest) >= max(self.reach.get(rest[:2], 1), 2):
+            return True
+        after = bisect_right(self.store.ordered, rest)
+        return after == len(self.store.ordered) or not self.store.ordered[after].startswith(rest)
+
+    def _piece(self, text: str, at: int) -> str | None:
+        """The longest piece of the vocabulary at `text[at:]` (None: the character is no piece)."""
+        for length in range(min(self.reach.get(text[at : at + 2], 1), len(text) - at), 0, -1):
+            if text[at : at + length] in self.vocabulary:
+                return text[at : at + length]
+        return None
+
     def tokens(self, text: str) -> list[int]:
         """`text` as piece ids: at each place the longest piece of the vocabulary; a character that is
         no piece gets an id below 0 (it matches, but is never drafted)."""
-        ids, store, vocabulary, reach = [], self.store, self.vocabulary, self.reach
+        ids, store = [], self.store
         at, size = 0, len(text)
         while at < size:
-            piece = text[at]
-            for length in range(min(reach.get(text[at : at + 2], 1), size - at), 1, -1):
-                if text[at : at + length] in vocabulary:
-                    piece = text[at : at + length]
-                    break
+            piece = self._piece(text, at) or text[at]
             token = store.ids.get(piece)
             if token is None:
-                token = len(store.texts) if piece in vocabulary else -1 - len(store.texts)
+                token = len(store.texts) if piece in self.vocabulary else -1 - len(store.texts)
                 store.ids[piece] = token
                 store.texts.append(piece)
             ids.append(token)
