@@ -66,6 +66,9 @@ def test_bench_native_measures_llama_cpp_beside_the_project(tmp_path, server_url
     # The 0.5B coder drafts for its 1.5B sibling on code: llama.cpp accepts most of it.
     code = native[("code-1", DRAFT)]["stats"]
     assert code["accepted_tokens"] >= code["drafted_tokens"] / 2
+    # How many verifications it ran, from its log: the report's accepted tokens per verification.
+    assert 0 < code["drafts"] <= code["drafted_tokens"]
+    assert code["mean_acceptance_length"] == pytest.approx(1 + code["accepted_tokens"] / code["drafts"])
     # The chat prompt went to llama-server through the target's own chat template: it answers, not
     # continues the request's text.
     assert "def " in native[("chat-1", "none")]["text"]

