@@ -279,7 +279,7 @@ PROBES = {
     "bench-overhead": ("utils.bench.overhead", "time outside the engine: drafts, bursts, projected speed-up"),
     "bench-verification": ("utils.bench.verification", "a validator burst's cost against one request's"),
     "bench-decode": ("utils.bench.decode", "plain decoding: a draft model beside the target, fast batch kernels"),
-    "bench-ceiling": ("utils.bench.ceiling", "the most a model-free drafter can give here: a clairvoyant controller"),
+    "bench-ceiling": ("utils.bench.ceiling", "the most a drafter can give here: a clairvoyant controller"),
     "bench-proxy": ("utils.bench.proxy", "through the speculative proxy against straight to its upstream"),
     "bench-soak": ("utils.bench.soak", "soak test of the embedded server: mixed requests, failures, memory"),
 }

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from config import Settings
-from tests.support.models import ROOT, SMALL
+from tests.support.models import DRAFT, ROOT, SMALL, TARGET
 from utils.bench.runner import BenchConfig, load_prompts, run_bench
 
 PROMPTS = [
@@ -90,3 +90,19 @@ async def test_the_clairvoyant_ceiling_of_each_model_free_drafter_over_a_convers
     assert suffix.startswith(f"{SMALL}, suffix, a clairvoyant controller (K up to 2)")
     for part in (lookup, suffix):  # a row per turn, and medians by turn
         assert "again/1" in part and "again/2" in part and "median, turn 2" in part and "median, all" in part
+
+
+async def test_the_clairvoyant_ceiling_of_a_draft_model_charges_its_drafting(server_url, tmp_path):
+    from utils.bench.ceiling import measure
+
+    prompt = {"id": "fib", "category": "code", "prompt": "def fibonacci(n):", "chat": False, "max_tokens": 16}
+    prompts_file = tmp_path / "prompts.jsonl"
+    prompts_file.write_text(json.dumps(prompt) + "\n")
+    prompts = load_prompts(BenchConfig(prompts_file, TARGET, [DRAFT]))
+    report = await measure(server_url, TARGET, prompts, [DRAFT], k_max=2, repeat=1)
+    head = report.splitlines()[0]
+    assert head.startswith(f"{TARGET}, {DRAFT}, a clairvoyant controller (K up to 2)")
+    drafting = float(head.rsplit("drafting included: ", 1)[1].split(" ms")[0])
+    assert drafting > 0  # the draft model's time per piece, on top of each burst
+    assert "fib" in report and "median, all" in report
+

@@ -1,17 +1,17 @@
-"""The most a model-free drafter can give with this engine on this machine: a clairvoyant controller's speed-up.
+"""The most a drafter can give with this engine on this machine: a clairvoyant controller's speed-up.
 
 For each benchmark prompt the target's standard greedy answer is generated, token by token; a
 conversation (prompts/conversations.jsonl) turn by turn, each turn after the standard answers to the
 turns before, and each answer then given to the drafters (`finish`: the suffix drafter's tree of
 earlier answers learns it, as in a session). At every position each drafter's proposal (lookup,
-suffix) is compared with the tokens that really follow, so what a
-draft of each K would have had accepted is known in advance. With the costs measured on this server
-(a standard token and a validator burst of K + 1 rows, interleaved, medians), dynamic programming
-then finds the cheapest way through the answer: at each position either one standard token, or a
-draft of some K that yields its accepted tokens and the target's own token after them. No controller
-can beat that schedule, since it knows every verdict before asking; where its speed-up is below a
-goal, the goal is out of reach for prompt lookup with this engine on this machine, whatever the
-controller does.
+suffix, a draft model) is compared with the tokens that really follow, so what a draft of each K
+would have had accepted is known in advance. With the costs measured on this server (a standard
+token and a validator burst of K + 1 rows, interleaved, medians; for a draft model also its median
+time per drafted piece, K of them a round), dynamic programming then finds the cheapest way through
+the answer: at each position either one standard token, or a draft of some K that yields its
+accepted tokens and the target's own token after them. No controller can beat that schedule, since
+it knows every verdict before asking; where its speed-up is below a goal, the goal is out of reach
+for that drafter with this engine on this machine, whatever the controller does.
 
     python cli.py bench-ceiling [--target M] [--draft lookup --draft suffix] [--prompts FILE]
         [--category edit summarize] [--limit 6] [--k-max 8] [--repeat 3] [--host URL]
@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import time
 from pathlib import Path
 
 from utils.bench.overhead import Bench, Row
@@ -70,11 +71,16 @@ def eager(accepted: list[list[int]], standard: float, burst: dict[int, float]) -
     return seconds
 
 
-async def accepted_lengths(drafter: Drafter, prompt: str, tokens: list[str], k_max: int) -> list[list[int]]:
-    """For each position of the answer, what the drafter's draft of 1..K pieces there would get accepted."""
+async def accepted_lengths(drafter: Drafter, prompt: str, tokens: list[str], k_max: int,
+                           drafting: list[float] | None = None) -> list[list[int]]:
+    """For each position of the answer, what the drafter's draft of 1..K pieces there would get accepted;
+    `drafting` gets the seconds per drafted piece of each proposal (a draft model's cost)."""
     table = []
     for i in range(len(tokens)):
+        started = time.perf_counter()
         draft = await drafter.propose(prompt + "".join(tokens[:i]), k_max, GREEDY)
+        if drafting is not None and len(draft):
+            drafting.append((time.perf_counter() - started) / len(draft))
         hits = 0
         while hits < len(draft) and i + hits < len(tokens) and draft.pieces[hits] == tokens[i + hits]:
             hits += 1
@@ -109,6 +115,7 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
         setup = DraftSetup(server, target, server, EngineConfig())
         built = {name: await build_drafter(name, setup) for name in drafters}
         answers: dict[str, list[tuple]] = {name: [] for name in drafters}
+        drafting: dict[str, list[float]] = {name: [] for name in drafters}  # seconds per drafted piece
         history: dict[str, list[dict[str, str]]] = {}  # a conversation's turns so far, with the standard answers
         longest: tuple[str, list[str]] = ("", [])
         for prompt in prompts:
@@ -119,7 +126,8 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
             tokens = await standard_answer(server, target, text, max_tokens or prompt.get("max_tokens", 128))
             for name, drafter in built.items():
                 assert drafter is not None
-                answers[name].append((prompt, tokens, await accepted_lengths(drafter, text, tokens, k_max)))
+                answers[name].append((prompt, tokens, await accepted_lengths(drafter, text, tokens, k_max,
+                                                                             drafting[name])))
                 drafter.finish(text, "".join(tokens))  # what the decoder does once an answer is complete
             if "conversation" in prompt:
                 history[prompt["conversation"]] = [*messages, {"role": "assistant", "content": "".join(tokens)}]
@@ -128,14 +136,20 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
     finally:
         await bench.aclose()
         await server.aclose()
-    return "\n\n".join(report(rows, answers[name], target, name, k_max, repeat) for name in drafters)
+    return "\n\n".join(report(rows, answers[name], target, name, k_max, repeat, drafting[name], built[name].free)
+                       for name in drafters)
 
 
-def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str, k_max: int, repeat: int) -> str:
-    wall = {key: row.median().wall_ms for key, row in rows.items()}
-    engine = {key: row.median().engine_ms for key, row in rows.items()}
+def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str, k_max: int, repeat: int,
+           drafting: list[float], free: bool) -> str:
+    """A model-free drafter's proposals cost microseconds; a draft model's rounds are charged its median
+    seconds per drafted piece, K times, on top of the burst (wall and engine alike)."""
+    draft_ms = 0.0 if free or not drafting else statistics.median(drafting) * 1e3
+    wall = {key: row.median().wall_ms + draft_ms * _k(key) for key, row in rows.items()}
+    engine = {key: row.median().engine_ms + draft_ms * _k(key) for key, row in rows.items()}
     lines = [f"{target}, {drafter}, a clairvoyant controller (K up to {k_max}); costs: medians of {repeat} "
-             "interleaved rounds, wall ms / engine ms (x a standard token's engine time)"]
+             "interleaved rounds, wall ms / engine ms (x a standard token's engine time)"
+             + (f", drafting included: {draft_ms:.1f} ms a piece" if draft_ms else "")]
     lines.append(f"  standard token {wall['standard']:7.1f} / {engine['standard']:6.1f}")
     for k in range(1, k_max + 1):
         key = f"burst{k}"
@@ -162,11 +176,16 @@ def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str
     return "\n".join(lines)
 
 
+def _k(key: str) -> int:
+    return int(key[len("burst"):]) if key.startswith("burst") else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cli.py bench-ceiling", description=__doc__.splitlines()[0])
     parser.add_argument("--target", default="qwen2.5-coder:1.5b")
-    parser.add_argument("--draft", action="append", choices=sorted(model_free_drafters()),
-                        help="a model-free drafter (repeatable; default: lookup)")
+    parser.add_argument("--draft", action="append",
+                        help=f"a drafter: {', '.join(sorted(model_free_drafters()))} or a draft model "
+                             "(repeatable; default: lookup)")
     parser.add_argument("--prompts", type=Path, default=PROMPTS, help="prompts or conversations (JSON lines)")
     parser.add_argument("--category", nargs="+", default=None,
                         help="only these categories (default for prompts/bench.jsonl: edit summarize)")
