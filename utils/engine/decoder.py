@@ -215,6 +215,7 @@ class SpeculativeDecoder:
         if first_token_at is not None:
             answer.controller.record_standard(count, finished - first_token_at)
         answer.grade_unverified(ended=True)
+        answer.after_segment = True
         record = RoundRecord(k=0, emitted=count, seconds=finished - segment_started,
                              at_seconds=finished - answer.started)
         answer.stats.observe_standard(record)
@@ -259,7 +260,8 @@ class SpeculativeDecoder:
         verified_at = time.perf_counter()
         drafter.update(draft, verdict.accepted)
         controller.record_round(k, len(draft), verdict.accepted, drafted_at - round_started, verified_at - drafted_at,
-                                unseen, draft.confidence)
+                                unseen, draft.confidence, after_segment=answer.after_segment)
+        answer.after_segment = False
         answer.context_tokens = verdict.prompt_tokens - answer.output.tokens
         answer.note_prompt_tokens(answer.context_tokens)
         before = answer.output.tokens
@@ -293,7 +295,7 @@ class SpeculativeDecoder:
         draft = await answer.drafter.propose(answer.context, controller.k_max, GREEDY)
         if not draft.pieces or len(draft.confidence) != len(draft):
             return False
-        if controller.cut(draft.confidence) > 0:
+        if controller.cut(draft.confidence, leaving_segment=True) > 0:
             answer.proposal = draft
             return True
         if answer.unverified is None:

@@ -36,6 +36,7 @@ class AnswerState:
     context_limit: int | None = None  # the context the target is loaded with, where the server says
     context_tokens: int = 0  # the target's token count for the prompt, as its last answer reported
     short_segment: bool = False  # the last round emitted nothing: generate a few tokens normally
+    after_segment: bool = False  # the last step was a standard segment (its stream closed mid-token)
     empty_drafts: int = 0  # empty drafts in a row
     resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
     drafter_saw: int | None = None  # output tokens in the drafter's last context (None: it saw nothing yet)
