@@ -223,3 +223,12 @@ async def test_only_pieces_whose_boundary_is_final_enter_the_answer_tree() -> No
     assert suffix.open[-1].text == "P A B C D E X A B"
     assert await draft(suffix, "P A B C D E X A B C D") == [" E", " X", " A", " B"]  # " C" " D" now final
     assert suffix.open[-1].text == "P A B C D E X A B C D"
+
+
+async def test_a_character_that_is_no_piece_keeps_the_tree_in_step_with_the_text() -> None:
+    # "é" is no piece of WORDS: its id is below 0. The tree must still end where the text read ends,
+    # whatever pieces were seen before (an id below 0 once read another piece's text, from the end).
+    suffix = drafter()
+    suffix.tokens(" K L M")
+    assert await draft(suffix, "P A é B C D X A é B C") == [" D", " X", " A"]
+    assert suffix.open[-1].text == "P A é B C D X A é B C"

@@ -231,13 +231,12 @@ class SuffixDrafter(Drafter):
         else:
             self.open.remove(found)
         self.open.append(found)
-        new, at, texts = [], len(found.text), self.store.texts
+        new, at = [], len(found.text)
         for token in self.tokens(context[at:]):
-            piece = texts[token]
             if not self._final(context, at):
                 break
             new.append(token)
-            at += len(piece)
+            at += len(self._text(token))
         if new:
             found.text = context[:at]
             found.tokens = (found.tokens + new)[-self.depth:]
