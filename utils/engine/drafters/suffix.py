@@ -200,8 +200,9 @@ class SuffixDrafter(Drafter):
         character that is no piece), each with the confidence of the tree piece it starts in."""
         text, owners = "", []
         for token, value in zip(proposal.tokens, confidence(proposal)):
-            text += self._text(token)
-            owners += [value] * len(self._text(token))
+            written = self._text(token)
+            text += written
+            owners += [value] * len(written)
         pieces: list[str] = []
         values: list[float] = []
         at = len(rest)
@@ -249,9 +250,9 @@ class SuffixDrafter(Drafter):
     def _final(self, text: str, at: int) -> bool:
         """Whether the piece at `at` stays what it is whatever text follows: no longer piece of the
         vocabulary begins with all of `text[at:]`."""
+        if len(text) - at >= max(self.reach.get(text[at : at + 2], 1), 2):
+            return True  # every piece that could start here fits: no copy of the rest of the text
         rest = text[at:]
-        if len(rest) >= max(self.reach.get(rest[:2], 1), 2):
-            return True
         after = bisect_right(self.store.ordered, rest)
         return after == len(self.store.ordered) or not self.store.ordered[after].startswith(rest)
 
