@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -62,11 +63,13 @@ def test_a_broken_prompt_file_is_reported_with_its_line(tmp_path):
     prompts.write_text(json.dumps(PROMPTS[0]) + "\n" + '{"id": "x", "prompt": "no category"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:2: missing category"):
         load_prompts(BenchConfig(prompts_file=prompts, target=SMALL, drafters=["lookup"]))
+    data = tmp_path / "data"
     result = subprocess.run([sys.executable, str(ROOT / "cli.py"), "bench", "--prompts", str(prompts),
                              "--target", SMALL, "--draft", "lookup", "--host", "http://127.0.0.1:9"],
-                            capture_output=True, text=True, cwd=ROOT)
+                            capture_output=True, text=True, cwd=ROOT, env={**os.environ, "SPEC_DATA_DIR": str(data)})
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("error:") and "Traceback" not in result.stderr
+    assert not list((data / "bench").iterdir())  # no empty run folder left behind
 
 
 def test_the_shipped_prompt_set_is_varied_enough():

@@ -299,8 +299,14 @@ async def _self_consistency(standard: Any, config: BenchConfig, prompts: list[di
 def run_bench(settings: Settings, config: BenchConfig, progress: Progress | None = None) -> Path:
     """Run (or resume) a benchmark; returns its folder with results.json, report.md and plots."""
     out_dir = config.out_dir or settings.data_dir / "bench" / datetime.now().strftime("%Y%m%d-%H%M%S")
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
-    data = asyncio.run(_bench(settings, config, out_dir, progress))
+    try:
+        data = asyncio.run(_bench(settings, config, out_dir, progress))
+    except BaseException:
+        if created and not any(out_dir.iterdir()):  # failed before any result (bad prompts, no server):
+            out_dir.rmdir()  # no empty folder left in the data folder; one with results stays, to resume
+        raise
     write_report(out_dir, data)
     return out_dir
 
