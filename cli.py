@@ -12,12 +12,21 @@ import sys
 from pathlib import Path
 
 from config import get_settings
+from utils.arguments import answer_format, bench_k, draft_length, non_negative, probability, think
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from utils.embedded.server import serve
+    from utils.proxy.pairs import PairError, parse_pairs
 
-    serve(args.host, args.port or get_settings().embedded_port, get_settings(), batch=not args.no_batch)
+    settings = get_settings()
+    try:
+        pairs = parse_pairs(args.pair or [p for p in settings.pairs.split(",") if p.strip()]) or None
+    except PairError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
+    serve(args.host, args.port or settings.embedded_port, settings, batch=not args.no_batch,
+          speculation=not args.no_speculation, pairs=pairs, k=args.k)
     return 0
 
 
@@ -94,7 +103,6 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _register(store, args: argparse.Namespace) -> int:
     """`models add NAME FILE.gguf` and `models import-ollama [DIR]`: serve files where they are."""
-    from pathlib import Path
 
     from utils.embedded.store.library import DEFAULT_OLLAMA_DIR, LibraryError, import_ollama, register_file
     from utils.embedded.store.parameters import ParameterError, from_text
@@ -125,7 +133,6 @@ def _register(store, args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     import asyncio
-    import json
 
     from pydantic import ValidationError
 
@@ -176,7 +183,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from utils.bench.runner import BenchConfig, run_bench
     from utils.errors import SpecError
@@ -209,18 +215,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
-def _draft_length(text: str) -> int:
-    """A fixed draft length K, the one way every command reads it: 0 to the engine's limit."""
-    from utils.engine.config import K_LIMIT
+def _pairing(command: argparse.ArgumentParser, default: str) -> None:
+    """`--pair` and `--k`, the same for `serve` and `proxy`."""
+    command.add_argument("--pair", action="append", metavar="TARGET=DRAFTER",
+                         help=f"speculate for TARGET with DRAFTER, a draft model, 'lookup' or 'suffix' (repeatable; "
+                              f"{default})")
+    command.add_argument("--k", type=draft_length, default=None,
+                         help="a fixed draft length for every speculated answer (default: the controller chooses "
+                              "it, down to standard generation where speculation does not pay)")
 
-    if not text.strip().isdigit() or int(text) > K_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be a number from 0 to {K_LIMIT}")
-    return int(text)
 
-
-def _bench_k(text: str) -> str:
-    """`bench --k`: 'auto' (the controller's choice) or a fixed draft length."""
-    return text if text == "auto" else str(_draft_length(text))
 
 
 def _problems(error) -> str:
@@ -237,41 +241,8 @@ def _echo_thinking(text: str) -> None:
     print(text, end="", flush=True, file=sys.stderr)
 
 
-def _probability(text: str) -> float:
-    value = float(text)
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError("must be between 0 and 1")
-    return value
 
 
-def _answer_format(text: str) -> str | dict:
-    """--format: "json", a JSON schema written inline, or the path of a file holding one."""
-    if text == "json":
-        return text
-    try:
-        schema = json.loads(text if text.lstrip().startswith("{") else Path(text).read_text())
-    except (OSError, ValueError) as error:
-        raise argparse.ArgumentTypeError(f"not 'json', a JSON schema or a schema file: {error}") from None
-    if not isinstance(schema, dict):
-        raise argparse.ArgumentTypeError("a JSON schema is an object")
-    return schema
-
-
-def _think(text: str) -> bool | str:
-    """Ollama's `think`: true or false, or a level (the models that have levels, gpt-oss)."""
-    value = text.strip().lower()
-    if value in ("true", "false"):
-        return value == "true"
-    if value in ("high", "medium", "low"):
-        return value
-    raise argparse.ArgumentTypeError("must be true, false, high, medium or low")
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be 0 or more")
-    return value
 
 
 # Benchmark probes, each a module of utils/bench/ with its own options, run by its main(argv).
@@ -301,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=None)
     serve.add_argument("--no-batch", action="store_true",
                        help="evaluate requests one at a time, as Ollama does with OLLAMA_NUM_PARALLEL=1")
+    serve.add_argument("--no-speculation", action="store_true",
+                       help="answer every request by standard generation (a request can ask for it with the "
+                            "header 'X-Speculation: off')")
+    _pairing(serve, "default: SPEC_PAIRS, else 'suffix' for every installed model")
     serve.set_defaults(run=cmd_serve)
 
     proxy = commands.add_parser("proxy", help="a speculative Ollama proxy: point any Ollama client at it")
@@ -309,12 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
     proxy.add_argument("--host", default="127.0.0.1", help="address to listen on (non-loopback needs SPEC_API_KEY)")
     proxy.add_argument("--port", type=int, default=None, help="port to listen on (default: SPEC_PROXY_PORT, 11435)")
     proxy.add_argument("--draft-host", default=None, help="the Ollama that runs draft models (default: upstream)")
-    proxy.add_argument("--pair", action="append", metavar="TARGET=DRAFTER",
-                       help="speculate for TARGET with DRAFTER, a draft model, 'lookup' or 'suffix' (repeatable)")
-    proxy.add_argument("--k", type=_draft_length, default=None,
-                       help="a fixed draft length for every speculated answer (default: the controller chooses "
-                            "it, down to forwarding answers where speculation does not pay)")
-    proxy.add_argument("--p-min", type=_probability, default=None,
+    _pairing(proxy, "default: SPEC_PAIRS, else 'suffix' for every upstream model and the draft model for "
+                    "the target")
+    proxy.add_argument("--p-min", type=probability, default=None,
                        help="stop a draft below this probability (default: SPEC_P_MIN)")
     proxy.add_argument("--top-k-draft", type=int, default=None,
                        help="draft candidates read per position (default: SPEC_DRAFT_TOP_K)")
@@ -337,19 +309,19 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--target", default=get_settings().target_model)
     generate.add_argument("--draft", default=get_settings().draft_model,
                           help="a draft model, 'lookup' (prompt lookup), 'suffix' or 'none' (standard)")
-    generate.add_argument("--k", type=_draft_length, default=None, help="fixed draft length (default: adaptive)")
-    generate.add_argument("--p-min", type=_probability, default=None)
-    generate.add_argument("--top-k", type=_non_negative, default=None,
+    generate.add_argument("--k", type=draft_length, default=None, help="fixed draft length (default: adaptive)")
+    generate.add_argument("--p-min", type=probability, default=None)
+    generate.add_argument("--top-k", type=non_negative, default=None,
                           help="sampling top-k of the answer (default: the model's, else Ollama's 40)")
     generate.add_argument("--top-k-draft", type=int, default=None, help="draft candidates read per position")
     generate.add_argument("--temperature", type=float, default=0.0,
                           help="sampling temperature (default 0: greedy, the target's own answer)")
-    generate.add_argument("--think", type=_think, default=None,
+    generate.add_argument("--think", type=think, default=None,
                           help="a thinking model's reasoning: true, false, high, medium or low (default: the model's)")
     generate.add_argument("--seed", type=int, default=None)
     generate.add_argument("--max-tokens", type=int, default=256)
     generate.add_argument("--stop", action="append", help="a stop string (repeatable)")
-    generate.add_argument("--format", type=_answer_format, default=None,
+    generate.add_argument("--format", type=answer_format, default=None,
                           help="'json' or a JSON schema (inline or a file): constrained, generated standard")
     generate.add_argument("--host", default=None, help="Ollama server (default: OLLAMA_HOST, else embedded)")
     generate.add_argument("--draft-host", default=None, help="server of the draft model (default: --host)")
@@ -362,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--target", default=get_settings().target_model)
     bench.add_argument("--draft", action="append",
                        help="draft model, 'lookup' or 'suffix' (repeatable; default: the draft model)")
-    bench.add_argument("--k", action="append", type=_bench_k, help="'auto' or a fixed K (repeatable; default auto)")
+    bench.add_argument("--k", action="append", type=bench_k, help="'auto' or a fixed K (repeatable; default auto)")
     bench.add_argument("--repeat", type=int, default=1)
     bench.add_argument("--limit", type=int, default=None, help="at most N prompts per category")
     bench.add_argument("--category", action="append", help="only this category (repeatable)")

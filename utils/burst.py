@@ -1,9 +1,11 @@
-"""How a validator announces its burst to the server: one HTTP header on each of its K+1 requests.
+"""The engine's headers: how a validator announces its burst, and how a request opts out of speculation.
 
 `X-Speculative-Burst: <id> <size>` says that this request is one of `size` one-token requests sent
 together under `id`. The embedded server then evaluates exactly those requests together, without
 guessing from arrival times how many more are coming (a guess that either waits for requests that
 never come or splits a burst that arrives slowly on a busy machine). Other servers ignore the header.
+
+`X-Speculation: off` (below) asks a speculating server for standard generation.
 """
 
 from __future__ import annotations
@@ -32,3 +34,16 @@ def parse(value: str | None) -> tuple[str, int] | None:
         return None
     burst_id, _, size = value.strip().partition(" ")
     return (burst_id, int(size)) if burst_id and size.isdigit() and 1 <= int(size) <= 64 else None
+
+
+# A request with `X-Speculation: off` is answered by standard generation, never speculated, by the
+# proxy and by `cli.py serve`. The engine sends it on every request of its own: each is one piece of
+# an answer it is already making (a verification, a draft, a standard segment).
+NO_SPECULATION = {"x-speculation": "off"}
+
+
+def opted_out(headers: dict[str, str] | list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request's headers (a mapping, or ASGI's raw pairs) turn speculation off."""
+    if isinstance(headers, list):
+        return any(name == b"x-speculation" and value.strip().lower() == b"off" for name, value in headers)
+    return headers.get("x-speculation", "").strip().lower() == "off"

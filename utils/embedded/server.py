@@ -34,7 +34,25 @@ def load_app():  # noqa: ANN201 - returns create_app, imported here so that the 
     return create_app
 
 
-def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
+def speculating(settings: Settings, pairs: dict[str, str], k: int | None = None):  # noqa: ANN201 - a Front
+    """The speculating front for `create_app` (utils/proxy/front.py): the engine answers for every
+    model in `pairs` on the server's in-process target, with the proxy's routing and statistics."""
+    from utils.embedded.http.target import InProcessTarget
+    from utils.proxy.front import SpeculatingFront
+    from utils.proxy.serving import ProxyConfig
+
+    config = ProxyConfig(upstream="http://in-process", pairs=pairs, engine=settings.engine, k=k)
+
+    def front(app, models, about):  # noqa: ANN001, ANN202 - create_app's Front
+        return SpeculatingFront(app, InProcessTarget(app, models, about), config)
+
+    return front
+
+
+def serve(host: str, port: int, settings: Settings, batch: bool = True, speculation: bool = True,
+          pairs: dict[str, str] | None = None, k: int | None = None) -> None:
+    """`cli.py serve`: speculation on for the models in `pairs` (None: every installed model with
+    suffix decoding), unless `speculation` is False."""
     import uvicorn
 
     create_app = load_app()
@@ -45,9 +63,14 @@ def serve(host: str, port: int, settings: Settings, batch: bool = True) -> None:
             file=sys.stderr,
         )
     _exit_with_parent()
-    app = create_app(ModelStore(settings.models_dir, settings.source_dirs), threads=os.cpu_count() or 2, batch=batch,
-                     fast_batches=settings.fast_batches, gpu_layers=settings.gpu_layers,
-                     parallel=settings.num_parallel)
+    store = ModelStore(settings.models_dir, settings.source_dirs)
+    if pairs is None:  # suffix decoding for every installed model; a draft model only where paired
+        from utils.proxy.pairs import model_free_pairs
+
+        pairs = model_free_pairs([spec.name for spec in store.installed()])
+    front = speculating(settings, pairs, k) if speculation else None
+    app = create_app(store, threads=os.cpu_count() or 2, batch=batch, fast_batches=settings.fast_batches,
+                     gpu_layers=settings.gpu_layers, parallel=settings.num_parallel, front=front)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
 
 
@@ -67,20 +90,24 @@ def _exit_with_parent() -> None:
 
 
 class EmbeddedServer:
-    """`python cli.py serve` on 127.0.0.1 as a child process; `stop()` ends it by its pid."""
+    """`python cli.py serve` on 127.0.0.1 as a child process; `stop()` ends it by its pid. Speculation
+    is off unless asked (`args`: more of `cli.py serve`'s options, such as `--pair`): the tests' server
+    is the reference that speculative answers are held against."""
 
-    def __init__(self, port: int | None = None, log_path: Path | None = None, batch: bool = True):
+    def __init__(self, port: int | None = None, log_path: Path | None = None, batch: bool = True,
+                 speculation: bool = False, args: list[str] | None = None):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.batch = batch
+        self.args = (args or []) + ([] if speculation else ["--no-speculation"])
         self.process: subprocess.Popen | None = None
 
     def start(self, timeout: float = 60.0) -> str:
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self.process = subprocess.Popen(
             [sys.executable, str(CLI), "serve", "--host", "127.0.0.1", "--port", str(self.port)]
-            + ([] if self.batch else ["--no-batch"]),
+            + ([] if self.batch else ["--no-batch"]) + self.args,
             stdout=log, stderr=log, start_new_session=True,
             env={**os.environ, "SPEC_PARENT_PID": str(os.getpid())},
         )

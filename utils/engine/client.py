@@ -16,91 +16,32 @@ import asyncio
 import json
 import re
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from utils.burst import announce
+from utils.burst import NO_SPECULATION, announce
+from utils.engine.target import (
+    Chunk,
+    ContextFull,
+    ModelNotFound,
+    RequestRefused,
+    ServerError,
+    ServerTimeout,
+    ServerUnreachable,
+    Step,
+    Token,
+    _context_full,
+    refusal,
+)
 from utils.engine.transport import ConnectTimeout, Transport
-from utils.errors import SpecError
+
+# The types and errors of every target (target.py), named here too: callers import them from either.
+__all__ = ["Chunk", "ContextFull", "LOGPROBS_SINCE", "ModelNotFound", "OllamaClient", "RENDER_SINCE",
+           "RequestRefused", "ServerError", "ServerTimeout", "ServerUnreachable", "Step", "Token",
+           "_context_full", "parse_version"]
 
 # Since these Ollama releases: raw prompts of a chat (`_debug_render_only`) and `logprobs`.
 RENDER_SINCE = (0, 11, 5)
 LOGPROBS_SINCE = (0, 12, 11)
-
-
-class ServerError(SpecError):
-    """A server that failed, refused or could not be reached; `status` is the HTTP status if any."""
-
-    def __init__(self, message: str, status: int | None = None, host: str = ""):
-        super().__init__(message, status)
-        self.host = host
-
-
-class ServerUnreachable(ServerError):
-    """No connection could be made (nothing listening, wrong address, connection dropped)."""
-
-
-class ServerTimeout(ServerError):
-    """The server did not answer within the time limit."""
-
-
-class ModelNotFound(ServerError):
-    """The server does not have the model (HTTP 404)."""
-
-
-class ContextFull(ServerError):
-    """The prompt does not fit in the model's context."""
-
-
-class RequestRefused(ServerError):
-    """Any other 4xx: the server refused the request as it was written."""
-
-
-@dataclass
-class Token:
-    """One generated token as text, with its log-probability and the top alternatives if asked."""
-
-    text: str
-    logprob: float | None = None
-    top: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def complete(self) -> bool:
-        """False for a token that is only part of a multi-byte character (shown as U+FFFD)."""
-        return "\ufffd" not in self.text
-
-
-@dataclass
-class Chunk:
-    """One streamed message: its text (whole characters only), its tokens, and on the last one why it
-    ended and how many prompt tokens the server counted."""
-
-    text: str
-    tokens: list[Token]
-    done_reason: str | None
-    prompt_tokens: int
-
-
-@dataclass
-class Step:
-    """The answer to a one-token request: the token, or None where the model ended the text."""
-
-    token: Token | None
-    done_reason: str
-    prompt_tokens: int
-
-
-def _context_full(message: str) -> bool:
-    """A refusal of a prompt longer than the context, in each wording seen: Ollama's Go engine
-    ("... exceeds the context length ..."), and since 0.30 llama-server's own JSON error passed on as
-    the message's text (`"type": "exceed_context_size_error"`, "exceeds the available context size")."""
-    try:
-        inner = json.loads(message).get("error", {})
-        if isinstance(inner, dict) and inner.get("type") == "exceed_context_size_error":
-            return True
-    except (ValueError, AttributeError):
-        pass
-    return "context length" in message or ("exceeds" in message and "context" in message)
 
 
 def parse_version(text: str) -> tuple[int, ...]:
@@ -158,22 +99,13 @@ class OllamaClient:
             message = json.loads(text).get("error", text)
         except (ValueError, AttributeError):
             message = text
-        message = str(message).strip() or f"HTTP {status}"
-        if status == 404:
-            kind: type[ServerError] = ModelNotFound
-        elif _context_full(message):
-            kind = ContextFull
-        elif 400 <= status < 500:
-            kind = RequestRefused
-        else:
-            kind = ServerError
-        return kind(message, status, self.host)
+        return refusal(status, str(message), self.host)
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None = None,
                        headers: dict[str, str] | None = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
         try:
-            response = await self.http.open(method, path, data, headers)
+            response = await self.http.open(method, path, data, {**NO_SPECULATION, **(headers or {})})
             status, content = response.status, await response.read()
         except Exception as error:  # noqa: BLE001 - one exception type out
             raise self._error(error) from None
@@ -190,7 +122,7 @@ class OllamaClient:
         generation on the server."""
         response = None
         try:
-            response = await self.http.open("POST", path, json.dumps(body).encode())
+            response = await self.http.open("POST", path, json.dumps(body).encode(), NO_SPECULATION)
             if response.status >= 400:
                 raise self._refusal(response.status, (await response.read()).decode(errors="replace"))
             pending = b""

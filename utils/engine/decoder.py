@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 import numpy as np
 
 from utils.burst import announce
-from utils.engine.client import OllamaClient, ServerError
 from utils.engine.config import EngineConfig
 from utils.engine.controller import DraftLengthController, controller_for
 from utils.engine.drafters import Draft, Drafter, DraftSetup, build_drafter
@@ -30,6 +29,7 @@ from utils.engine.planning import FORMAT_REASON, NO_GAIN_REASON, Plan, standard_
 from utils.engine.progress import RECENT_TOKENS, AnswerState
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats, Fallback, RoundRecord
+from utils.engine.target import ServerError, Target
 from utils.engine.validator import PromptPrefixValidator, Verdict, choose_method
 from utils.sampling import GREEDY, SamplingOptions
 
@@ -43,7 +43,7 @@ SHORT_SEGMENT_TOKENS = 4
 class SpeculativeDecoder:
     """Generates from `target_model` on `target`, speculatively when `drafter` is given."""
 
-    def __init__(self, target: OllamaClient, target_model: str, drafter: Drafter | None, config: EngineConfig):
+    def __init__(self, target: Target, target_model: str, drafter: Drafter | None, config: EngineConfig):
         self.target, self.target_model, self.drafter, self.config = target, target_model, drafter, config
         self.validator = PromptPrefixValidator(target, target_model)
 
@@ -379,8 +379,8 @@ class SpeculativeDecoder:
         return FallbackEvent(reason)
 
 
-async def build_decoder(config: EngineConfig, target: OllamaClient, target_model: str, drafter_choice: str,
-                        draft_server: OllamaClient | None = None) -> SpeculativeDecoder:
+async def build_decoder(config: EngineConfig, target: Target, target_model: str, drafter_choice: str,
+                        draft_server: Target | None = None) -> SpeculativeDecoder:
     """A decoder for `drafter_choice`: "none" (standard), a drafter's kind ("lookup"), or a draft model.
 
     Raises ServerError with the server's message for a missing target or draft model.

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from utils.engine.client import ServerError
 from utils.engine.stats import AnswerStats, RoundRecord
+from utils.engine.target import ServerError
 from utils.errors import SpecError
 
 # Where an emitted piece of text came from: an accepted draft piece, the target's own token after a

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from utils.engine.client import OllamaClient, ServerError
+from utils.engine.target import ServerError, Target
 from utils.sampling import MIN_TEMPERATURE, SamplingOptions
 
 DEFAULTS = SamplingOptions()  # Ollama's own (api/types.go DefaultOptions)
@@ -101,7 +101,7 @@ class ModelInfo:
         return sorted(set(self.parameters) - PLACEMENT - SAMPLING)
 
 
-async def model_info(server: OllamaClient, model: str, cache: dict[tuple[str, str], ModelInfo]) -> ModelInfo:
+async def model_info(server: Target, model: str, cache: dict[tuple[str, str], ModelInfo]) -> ModelInfo:
     """`model` on `server`, read once per digest: a model created again under the same name (new
     parameters) has a new digest, so `/api/tags` tells when the cached `/api/show` is stale."""
     digests = {entry.get("model") or entry.get("name"): entry.get("digest", "") for entry in await server.list_models()}
@@ -115,7 +115,7 @@ async def model_info(server: OllamaClient, model: str, cache: dict[tuple[str, st
     return info
 
 
-async def loaded_context(server: OllamaClient, model: str) -> int | None:
+async def loaded_context(server: Target, model: str) -> int | None:
     """The context `model` is loaded with (`/api/ps` `context_length`), None when unknown: not
     loaded, or an Ollama older than the field. Only read, never set: the engine sends no num_ctx the
     client did not send, since Ollama reloads a runner whose num_ctx changes."""

@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from utils.engine.client import LOGPROBS_SINCE, OllamaClient, ServerError
+from utils.engine.client import LOGPROBS_SINCE
 from utils.engine.controller import MAX_RETRY_ANSWERS, RETRY_ANSWERS
 from utils.engine.model_info import ModelInfo
 from utils.engine.stats import Method
+from utils.engine.target import ServerError, Target
 from utils.sampling import SamplingOptions
 
 # Since Ollama 0.15.5 a `num_predict: 1` request returns its token (0.12.11-0.15.4's Go engine did not).
@@ -76,7 +77,7 @@ def standard_reason(info: ModelInfo, request_format: Any, think: bool | str | No
     return None
 
 
-async def verification_gate(server: OllamaClient, info: ModelInfo, options: dict[str, Any]) -> str | None:
+async def verification_gate(server: Target, info: ModelInfo, options: dict[str, Any]) -> str | None:
     """Why drafts cannot be verified on this (server, model), or None: probed once with one raw
     one-token request (the client's options, so no reload): it must return its token with logprobs.
     The reason names the server's version and the fix."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from utils.engine.client import OllamaClient
+from utils.engine.target import Target
 
 
 def _byte_decoder() -> dict[str, int]:
@@ -52,7 +52,7 @@ def vocabulary_from_show(show: dict[str, Any]) -> set[str]:
 _vocabularies: dict[tuple[str, str], tuple[str, set[str]]] = {}
 
 
-async def vocabulary(server: OllamaClient, model: str) -> tuple[str, set[str]]:
+async def vocabulary(server: Target, model: str) -> tuple[str, set[str]]:
     """(fingerprint of the tokenizer, the text of its tokens), cached per server and model."""
     key = (server.url, model)
     if key not in _vocabularies:
@@ -68,7 +68,7 @@ def clear_vocabularies() -> None:
     _vocabularies.clear()
 
 
-async def tokenizer_relation(target: OllamaClient, target_model: str, draft: OllamaClient, draft_model: str) -> str:
+async def tokenizer_relation(target: Target, target_model: str, draft: Target, draft_model: str) -> str:
     if draft.url == target.url and draft_model == target_model:
         return "unusable"
     target_print, _ = await vocabulary(target, target_model)

@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from utils.engine.client import OllamaClient, Step
 from utils.engine.drafters import Draft
 from utils.engine.events import Origin
 from utils.engine.stats import Method
+from utils.engine.target import Step, Target
 from utils.sampling import SamplingOptions, text_distribution
 
 END = ""  # how an end-of-text token appears among top log-probabilities
@@ -50,7 +50,7 @@ class Verdict:
 
 def choose_method(options: SamplingOptions, exact_distribution: bool) -> Method:
     """How to verify: `exact_distribution` says the drafter's and the server's log-probabilities are
-    the distributions they sample from (Drafter.exact_distribution, OllamaClient.exact_logprobs)."""
+    the distributions they sample from (Drafter.exact_distribution, Target.exact_logprobs)."""
     if options.greedy:
         return "greedy"
     if exact_distribution and 0 < options.top_k <= MAX_TOP_LOGPROBS:
@@ -59,7 +59,7 @@ def choose_method(options: SamplingOptions, exact_distribution: bool) -> Method:
 
 
 class PromptPrefixValidator:
-    def __init__(self, server: OllamaClient, model: str):
+    def __init__(self, server: Target, model: str):
         self.server, self.model = server, model
 
     async def verify(self, context: str, draft: Draft, options: SamplingOptions, method: Method,

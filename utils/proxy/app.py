@@ -23,9 +23,10 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from utils.api import openai
 from utils.api.cors import add_cors
 from utils.api.http import MAX_BODY_BYTES, NDJSON, json_response
+from utils.burst import opted_out
 from utils.engine.events import GenerationError
 from utils.proxy import answers
-from utils.proxy.forward import forward
+from utils.proxy.forward import Inner, forward
 from utils.proxy.routing import Forward
 from utils.proxy.serving import ProxyConfig, ProxyState, Refused, decide
 
@@ -35,7 +36,8 @@ router = APIRouter()
 
 
 def state_of(request: Request) -> ProxyState:
-    return request.app.state.proxy
+    """The proxy's state, or the embedded server's speculating front's (front.py puts it in the scope)."""
+    return request.scope.get("speculation") or request.app.state.proxy
 
 
 def client_of(request: Request) -> str:
@@ -46,6 +48,8 @@ async def passed_on(request: Request, model: str, decision: Forward, body: bytes
     """Upstream's own answer to the request, with why it went there counted."""
     state = state_of(request)
     state.metrics.observe_forward(client_of(request), request.url.path, model, decision.code, decision.reason)
+    if state.local is not None:  # inside the embedded server: its own stack answers, in process
+        return Inner(state.local, body)
     return await forward(request, state.upstream, body, state.drop)
 
 
@@ -61,7 +65,12 @@ async def recent(request: Request) -> Response:
                           "requests": list(state_of(request).metrics.recent)})
 
 
+OPTED_OUT = Forward("header", "the client asked for standard generation (X-Speculation: off)")
+
+
 async def ollama_answer(request: Request, chat: bool) -> Response:
+    if opted_out(dict(request.headers)):
+        return await passed_on(request, "", OPTED_OUT, None)
     body_bytes = await request.body()
     if len(body_bytes) > MAX_BODY_BYTES:
         return json_response({"error": f"request body larger than {MAX_BODY_BYTES} bytes"}, 413)
@@ -86,6 +95,8 @@ async def ollama_answer(request: Request, chat: bool) -> Response:
 
 
 async def openai_answer(request: Request, chat: bool) -> Response:
+    if opted_out(dict(request.headers)):
+        return await passed_on(request, "", OPTED_OUT, None)
     body_bytes = await request.body()
     try:
         body = json.loads(body_bytes)

@@ -10,6 +10,9 @@ import httpx
 from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from utils.api.http import replay
 
 # Hop-by-hop headers (RFC 9110 7.6.1) and the ones httpx sets itself.
 _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
@@ -36,3 +39,15 @@ async def forward(request: Request, upstream: httpx.AsyncClient, body: bytes | N
         return Response(httpx.Response(502, json={"error": message}).content, 502, media_type="application/json")
     return StreamingResponse(response.aiter_raw(), status_code=response.status_code,
                              headers=_headers(response.headers, set()), background=BackgroundTask(response.aclose))
+
+
+class Inner(Response):
+    """The answer of the embedded server's own stack (front.py), in process: the request handed down
+    as it came (its body replayed if the front read it), the answer streamed up as it is made."""
+
+    def __init__(self, app: ASGIApp, body: bytes | None):
+        super().__init__()
+        self.app, self.read = app, body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive if self.read is None else replay(self.read, receive), send)

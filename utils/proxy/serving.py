@@ -17,13 +17,14 @@ from typing import Any
 
 import httpx
 
-from utils.engine.client import ContextFull, OllamaClient
+from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
 from utils.engine.decoder import SpeculativeDecoder, build_decoder
 from utils.engine.drafters import Drafter
 from utils.engine.events import GenerationError
 from utils.engine.planning import Plan
 from utils.engine.request import GenerationRequest
+from utils.engine.target import ContextFull, Target
 from utils.errors import SpecError
 from utils.proxy import answers
 from utils.proxy.metrics import ProxyMetrics
@@ -61,17 +62,22 @@ class Started:
 
 
 class ProxyState:
-    """Everything the routes share, on `app.state.proxy`: the settings, the upstream clients, one drafter
-    per target (built on first use; a drafter holds no per-answer state) and the metrics."""
+    """Everything the routes share: the settings, the upstream clients, one drafter per target (built
+    on first use; a drafter holds no per-answer state) and the metrics.
 
-    def __init__(self, config: ProxyConfig):
+    Upstream is an Ollama over HTTP (`cli.py proxy`), or, inside the embedded server (`cli.py serve`,
+    front.py), the server's own stack below the speculating front: `local`, an ASGI app answered in
+    process, and `target`, its in-process target (utils/embedded/http/target.py)."""
+
+    def __init__(self, config: ProxyConfig, target: Target | None = None, local: Any = None):
         engine = config.engine
-        self.config, self.metrics = config, ProxyMetrics()
-        self.upstream = httpx.AsyncClient(base_url=config.upstream.rstrip("/"),
+        self.config, self.metrics, self.local = config, ProxyMetrics(), local
+        transport = httpx.ASGITransport(app=local) if local is not None else None
+        self.upstream = httpx.AsyncClient(base_url=config.upstream.rstrip("/"), transport=transport,
                                           timeout=httpx.Timeout(engine.request_timeout, connect=engine.connect_timeout))
-        self.target = OllamaClient(config.upstream, connect_timeout=engine.connect_timeout,
-                                   timeout=engine.request_timeout)
-        self.draft = (OllamaClient(config.draft_host, connect_timeout=engine.connect_timeout,
+        self.target: Target = target or OllamaClient(config.upstream, connect_timeout=engine.connect_timeout,
+                                                     timeout=engine.request_timeout)
+        self.draft: Target = (OllamaClient(config.draft_host, connect_timeout=engine.connect_timeout,
                                    timeout=engine.draft_timeout) if config.draft_host else self.target)
         # The key is the proxy's, not upstream's: it is not sent on.
         self.drop = frozenset({"authorization"}) if config.api_key else frozenset()

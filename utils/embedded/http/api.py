@@ -9,6 +9,7 @@ cheap (utils/embedded/runtime/runner.py) and keeps the request path lean (answer
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from utils.api.cors import add_cors, origins_from_env
 from utils.api.direct import DirectRoutes
@@ -75,8 +77,22 @@ def render_chat(runner: ModelRunner, messages: list[dict[str, Any]], tools: list
 # -- the app ------------------------------------------------------------------------------------
 
 
+def about(models: LoadedModels) -> dict[str, Any]:
+    """`/api/version`: Ollama's field and this server's own. exact_logprobs: top log-probabilities are
+    exactly what the sampler draws from (utils/sampling.py samples from the same logits, options in
+    Ollama's order), so rejection sampling is exact here."""
+    return {"version": OLLAMA_VERSION, "embedded": True, "batches_nested_requests": models.batch,
+            "burst_endpoint": models.batch, "exact_logprobs": True}
+
+
+# A speculating front (`cli.py serve`, utils/proxy/front.py): made from the server's own stack, its
+# loaded models and its `/api/version`, and put above that stack (inside CORS). The server itself
+# stays free of speculation; the launcher (utils/embedded/server.py) brings the front.
+Front = Callable[[ASGIApp, LoadedModels, dict[str, Any]], ASGIApp]
+
+
 def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_batches: bool = False,
-               gpu_layers: int = -1, parallel: int = 4) -> FastAPI:
+               gpu_layers: int = -1, parallel: int = 4, front: Front | None = None) -> FastAPI:
     app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION,
                   default_response_class=JSONResponse)
     install_error_handlers(app)
@@ -100,10 +116,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
 
     @app.api_route("/api/version", methods=["GET", "HEAD"])
     async def version() -> dict[str, Any]:
-        # exact_logprobs: top log-probabilities are exactly what the sampler draws from (utils/sampling.py
-        # samples from the same logits, options in Ollama's order), so rejection sampling is exact here.
-        return {"version": OLLAMA_VERSION, "embedded": True, "batches_nested_requests": models.batch,
-                "burst_endpoint": models.batch, "exact_logprobs": True}
+        return about(models)
 
     @app.api_route("/api/tags", methods=["GET", "HEAD"])
     async def tags() -> dict[str, Any]:
@@ -204,6 +217,8 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
     app.add_middleware(DirectRoutes, routes={"/api/generate": (GenerateBody, generate),
                                              burst_api.PATH: (burst_api.BurstBody, burst)})
     app.add_middleware(CountArrivals)  # a request counts from its first byte
+    if front is not None:  # outside the arrival count: a speculated answer is no request still arriving
+        app.add_middleware(front, models=models, about=about(models))
     add_cors(app, origins_from_env())
     return app
 

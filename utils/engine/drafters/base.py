@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
+from utils.engine.target import Target
 from utils.sampling import SamplingOptions
 
 NONE = "none"  # the drafter choice that means standard generation
@@ -56,9 +56,9 @@ class Draft:
 class DraftSetup:
     """What a drafter may need to build itself for one target."""
 
-    target: OllamaClient
+    target: Target
     target_model: str
-    draft_server: OllamaClient  # where a draft model is served: the target's server unless told otherwise
+    draft_server: Target  # where a draft model is served: the target's server unless told otherwise
     config: EngineConfig
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from utils.engine.client import OllamaClient, RequestRefused, Token
 from utils.engine.drafters.base import Draft, Drafter, DraftSetup
+from utils.engine.target import RequestRefused, Target, Token
 from utils.engine.tokenizers import tokenizer_relation
 from utils.sampling import SamplingOptions
 
@@ -21,7 +21,7 @@ class ModelDrafter(Drafter):
 
     description = "a smaller model of the same family"
 
-    def __init__(self, server: OllamaClient, model: str, *, p_min: float, n_min: int, top_k: int,
+    def __init__(self, server: Target, model: str, *, p_min: float, n_min: int, top_k: int,
                  num_ctx: int | None, same_tokenizer: bool = False):
         self.server, self.model, self.name = server, model, model
         self.p_min, self.n_min, self.top_k, self.num_ctx = p_min, n_min, top_k, num_ctx

@@ -1,0 +1,47 @@
+"""The engine's target interface (utils/engine/target.py) and its two implementations: the HTTP
+client of any Ollama, and the embedded server's in-process target (`cli.py serve`). Each must offer
+every member of `Target` with the same parameters, so that the engine runs unchanged on either."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from utils.engine.client import OllamaClient
+from utils.engine.target import Target
+
+MEMBERS = sorted(name for name, value in vars(Target).items() if inspect.isfunction(value) and not name.startswith("_"))
+
+
+def implementations() -> list[type]:
+    from utils.embedded.http.target import InProcessTarget
+
+    return [OllamaClient, InProcessTarget]
+
+
+def test_the_interface_names_what_the_engine_asks() -> None:
+    assert {"next_tokens", "next_token", "stream_raw", "render_chat", "show", "stream_answer",
+            "exact_logprobs", "aclose"} <= set(MEMBERS)
+    assert set(Target.__annotations__) == {"url", "described"}
+
+
+@pytest.mark.parametrize("name", MEMBERS)
+def test_each_implementation_has_the_member_with_its_parameters(name: str) -> None:
+    wanted = inspect.signature(getattr(Target, name))
+    for implementation in implementations():
+        member = getattr(implementation, name, None)
+        assert member is not None, f"{implementation.__name__} has no {name}"
+        got = inspect.signature(member)
+        assert list(got.parameters) == list(wanted.parameters), f"{implementation.__name__}.{name}"
+        assert [p.default for p in got.parameters.values()] == [p.default for p in wanted.parameters.values()]
+        # A coroutine where the interface awaits, an async generator where it iterates.
+        kind = inspect.isasyncgenfunction(member), inspect.iscoroutinefunction(member)
+        expected = ("AsyncIterator" in str(wanted.return_annotation), "AsyncIterator" not in str(wanted.return_annotation))
+        assert kind == expected, f"{implementation.__name__}.{name}"
+
+
+def test_each_implementation_names_its_server() -> None:
+    from utils.embedded.http.target import URL, InProcessTarget
+
+    assert InProcessTarget.url == URL and OllamaClient("127.0.0.1:1").url == "http://127.0.0.1:1"

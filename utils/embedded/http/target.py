@@ -1,0 +1,269 @@
+"""The embedded server as the engine's target, in its own process: `InProcessTarget`.
+
+It implements the engine's `Target` (utils/engine/target.py) for `cli.py serve`, which speculates
+inside the server. A speculative round's requests (a validator burst, a draft, a standard segment:
+raw generation) become runner jobs directly, with no HTTP, no JSON and no request model: a burst is
+K+1 jobs announced as one (so one evaluation), and the event loop is woken once, when the last of
+them is done. What the engine asks once an answer or once a model (the model list, `show`, a chat's
+rendered prompt, a standard answer) goes to the server's own routes in process, through ASGI, so
+that it is answered by the very code that answers clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from utils.api.http import ApiError
+from utils.api.schemas import Options
+from utils.burst import new_id
+from utils.embedded.http.answer import logprob_entry
+from utils.embedded.http.text import TextAssembler
+from utils.embedded.runtime.grammar import constraint_for
+from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
+from utils.embedded.runtime.loaded import LoadedModels
+from utils.embedded.runtime.runner import ModelRunner
+from utils.engine.target import Chunk, ServerError, Step, Token, refusal
+
+URL = "in-process://embedded"  # names this server in the engine's caches
+
+
+def _token(info: TokenInfo) -> Token:
+    entry = logprob_entry(info)
+    return Token(entry["token"], entry["logprob"], {alt["token"]: alt["logprob"] for alt in entry["top_logprobs"]})
+
+
+def _error(error: BaseException) -> ServerError:
+    """A failure as the HTTP path would report it: the server's status and message."""
+    if isinstance(error, ServerError):
+        return error
+    if isinstance(error, (ApiError, RunnerError)):
+        return refusal(error.status or 500, error.message, URL)
+    return ServerError(f"{type(error).__name__}: {error}", 500, URL)
+
+
+class InProcessTarget:
+    """The engine's target for the embedded server it runs in. `app` is the server's ASGI stack below
+    the speculating front (what a forwarded request gets); `models` its loaded models; `about` what
+    its `/api/version` says."""
+
+    url = URL
+
+    def __init__(self, app: Callable[..., Any], models: LoadedModels, about: dict[str, Any]):
+        self.app, self.loaded, self._about = app, models, about
+        self.described: dict[tuple[str, str], Any] = {}
+        self._options: dict[str, Options] = {}  # the engine sends few distinct option sets: parsed once
+        self.engine_ns = 0  # the runner's own time for the latest burst (bench-overhead holds wall time to it)
+
+    async def aclose(self) -> None:
+        return None
+
+    # -- once per server or model: the server's own routes, in process ----------------------------
+
+    async def about(self) -> dict[str, Any]:
+        return self._about
+
+    async def version(self) -> tuple[int, ...]:
+        return tuple(int(part) for part in str(self._about["version"]).split(".")[:3])
+
+    async def is_embedded(self) -> bool:
+        return True
+
+    async def exact_logprobs(self) -> bool:
+        return bool(self._about.get("exact_logprobs"))
+
+    async def list_models(self) -> list[dict[str, Any]]:
+        return list((await self._call("GET", "/api/tags")).get("models") or [])
+
+    async def models(self) -> list[str]:
+        return [entry["model"] for entry in await self.list_models()]
+
+    async def show(self, model: str, verbose: bool = False) -> dict[str, Any]:
+        return await self._call("POST", "/api/show", {"model": model, "verbose": verbose})
+
+    async def running(self) -> list[dict[str, Any]]:
+        return list((await self._call("GET", "/api/ps")).get("models") or [])
+
+    async def render_chat(self, model: str, messages: list[dict[str, str]], options: dict[str, Any],
+                          think: bool | str | None = None) -> str:
+        body = {"model": model, "messages": messages, "stream": False, "_debug_render_only": True,
+                "options": options, **({"think": think} if think is not None else {})}
+        return (await self._call("POST", "/api/chat", body))["_debug_info"]["rendered_template"]
+
+    async def stream_answer(self, chat: bool, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        pending = b""
+        async for status, data in _asgi(self.app, "POST", "/api/chat" if chat else "/api/generate",
+                                        {**body, "stream": True}):
+            if status >= 400:
+                raise refusal(status, _message(data), URL)
+            *lines, pending = (pending + data).split(b"\n")
+            for line in filter(bytes.strip, lines):
+                message = json.loads(line)
+                if "error" in message:
+                    raise ServerError(str(message["error"]), status, URL)
+                yield message
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        pieces = [piece async for piece in _asgi(self.app, method, path, body)]
+        status, data = (pieces[-1][0] if pieces else 500), b"".join(data for _, data in pieces)
+        if status >= 400:
+            raise refusal(status, _message(data), URL)
+        return json.loads(data)
+
+    # -- every round: runner jobs ------------------------------------------------------------------
+
+    def _parsed(self, options: dict[str, Any]) -> Options:
+        key = repr(sorted(options.items()))
+        parsed = self._options.get(key)
+        if parsed is None:
+            if len(self._options) >= 1024:  # sampled verifications send a seed per position
+                self._options.clear()
+            parsed = self._options[key] = Options.model_validate(options)
+        return parsed
+
+    async def _runner(self, model: str, options: Options) -> ModelRunner:
+        try:
+            runner, _ = await self.loaded.get(model, options.num_ctx)
+        except Exception as error:  # noqa: BLE001 - one error type out, as over HTTP
+            raise _error(error) from None
+        return runner
+
+    @staticmethod
+    def _job(runner: ModelRunner, prompt: str, options: Options, top_logprobs: int, format: Any = None) -> Job:
+        # As a raw /api/generate with `truncate: false` (the engine's requests, client.py): a prompt
+        # past the context is refused, never cut.
+        job = Job(prompt=prompt.encode("utf-8", errors="surrogatepass"), options=options.sampling(),
+                  num_predict=options.num_predict if options.num_predict >= 0 else 1 << 30,
+                  top_logprobs=top_logprobs, on_token=_unset, on_done=_unset, truncate=False)
+        job.constraint = constraint_for(runner, format)
+        return job
+
+    async def next_token(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
+                         burst: dict[str, str] | None = None) -> Step:
+        return (await self.next_tokens(model, [prompt], [options], top_logprobs))[0]
+
+    async def next_tokens(self, model: str, prompts: list[str], options: list[dict[str, Any]],
+                          top_logprobs: int = 0) -> list[Step]:
+        """K+1 one-token jobs, announced as one burst: evaluated together, submitted in order."""
+        parsed = [self._parsed({**each, "num_predict": 1}) for each in options]
+        runner = await self._runner(model, parsed[0])
+        jobs = [self._job(runner, prompt, each.under(runner.parameters), top_logprobs)
+                for prompt, each in zip(prompts, parsed)]
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[None] = loop.create_future()
+        tokens: list[TokenInfo | None] = [None] * len(jobs)
+        ends: list[Completion | RunnerError | None] = [None] * len(jobs)
+        left, lock = [len(jobs)], threading.Lock()
+
+        def done(index: int, event: Completion | RunnerError) -> None:  # on the worker thread
+            ends[index] = event
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+
+        announced = (new_id(), len(jobs))
+        for index, job in enumerate(jobs):
+            job.burst = announced
+            job.on_token = lambda info, index=index: tokens.__setitem__(index, info)
+            job.on_done = lambda event, index=index: done(index, event)
+            runner.submit(job)
+        try:
+            await finished
+        finally:
+            for job in jobs:
+                job.cancelled.set()
+        steps = []
+        for info, end in zip(tokens, ends):
+            if isinstance(end, RunnerError):
+                raise _error(end)
+            assert end is not None
+            steps.append(Step(_token(info) if info is not None else None, end.done_reason, end.prompt_eval_count))
+        # Jobs evaluated together each report the shared evaluation: the longest is the burst's time.
+        self.engine_ns = max(end.prompt_eval_duration + end.eval_duration for end in ends if end is not None)
+        return steps
+
+    async def stream_raw(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
+                         format: Any = None) -> AsyncIterator[Chunk]:
+        """A raw streamed generation: one chunk per token, then the closing one. Leaving early cancels
+        the job, as a closed connection does over HTTP."""
+        runner = await self._runner(model, parsed := self._parsed(options))
+        parsed = parsed.under(runner.parameters)
+        job = self._job(runner, prompt, parsed, top_logprobs, format)
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[TokenInfo | Completion | RunnerError] = asyncio.Queue()
+        job.on_token = job.on_done = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)
+        assembler = TextAssembler(parsed.stops())
+        runner.submit(job)
+        try:
+            while True:
+                event = await events.get()
+                if isinstance(event, RunnerError):
+                    raise _error(event)
+                if isinstance(event, Completion):
+                    reason = "stop" if assembler.stopped else event.done_reason
+                    yield Chunk(assembler.flush(), [], reason, event.prompt_eval_count)
+                    return
+                text = assembler.feed(event.piece)
+                if assembler.stopped:
+                    job.cancelled.set()
+                yield Chunk(text, [_token(event)], None, 0)
+        finally:
+            job.cancelled.set()
+
+
+def _unset(_: object) -> None:
+    raise AssertionError("the job's callbacks were not set")
+
+
+def _message(data: bytes) -> str:
+    try:
+        return str(json.loads(data).get("error", data.decode(errors="replace")))
+    except (ValueError, AttributeError):
+        return data.decode(errors="replace")
+
+
+async def _asgi(app: Callable[..., Any], method: str, path: str,
+                body: dict[str, Any] | None) -> AsyncIterator[tuple[int, bytes]]:
+    """One request to an ASGI app in this process: (status, body bytes) as the app sends them."""
+    content = b"" if body is None else json.dumps(body).encode()
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method,
+             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "", "query_string": b"",
+             "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())],
+             "client": ("127.0.0.1", 0), "server": ("127.0.0.1", 0)}
+    sent: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    requested, gone = False, asyncio.Event()
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if not requested:
+            requested = True
+            return {"type": "http.request", "body": content, "more_body": False}
+        await gone.wait()  # asked again only to learn that the client has left
+        return {"type": "http.disconnect"}
+
+    async def run() -> None:
+        try:
+            await app(scope, receive, sent.put)
+        finally:
+            sent.put_nowait(None)
+
+    task = asyncio.get_running_loop().create_task(run())
+    status = 500
+    try:
+        while (message := await sent.get()) is not None:
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body":
+                yield status, message.get("body", b"")
+                if not message.get("more_body", False):
+                    break
+        await task  # an app that failed raises here
+    finally:
+        gone.set()  # a caller that stopped reading: the app sees the client leave and stops
+        if not task.done():
+            await asyncio.wait({task}, timeout=5)

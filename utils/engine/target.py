@@ -1,0 +1,159 @@
+"""What the engine asks of a target server, as one interface: `Target`.
+
+Two implementations: `OllamaClient` (client.py), any Ollama or the embedded server over HTTP; and the
+embedded server's own in-process target (utils/embedded/http/target.py), which runs a speculative
+round in the server's process with no HTTP and no JSON (`cli.py serve`). The engine types its
+servers as `Target` and imports neither. What a server answers (`Token`, `Chunk`, `Step`) and how it
+fails (`ServerError` and its kinds, which callers branch on) are defined here, for both.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from utils.errors import SpecError
+
+
+class ServerError(SpecError):
+    """A server that failed, refused or could not be reached; `status` is the HTTP status if any."""
+
+    def __init__(self, message: str, status: int | None = None, host: str = ""):
+        super().__init__(message, status)
+        self.host = host
+
+
+class ServerUnreachable(ServerError):
+    """No connection could be made (nothing listening, wrong address, connection dropped)."""
+
+
+class ServerTimeout(ServerError):
+    """The server did not answer within the time limit."""
+
+
+class ModelNotFound(ServerError):
+    """The server does not have the model (HTTP 404)."""
+
+
+class ContextFull(ServerError):
+    """The prompt does not fit in the model's context."""
+
+
+class RequestRefused(ServerError):
+    """Any other 4xx: the server refused the request as it was written."""
+
+
+@dataclass
+class Token:
+    """One generated token as text, with its log-probability and the top alternatives if asked."""
+
+    text: str
+    logprob: float | None = None
+    top: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        """False for a token that is only part of a multi-byte character (shown as U+FFFD)."""
+        return "\ufffd" not in self.text
+
+
+@dataclass
+class Chunk:
+    """One streamed message: its text (whole characters only), its tokens, and on the last one why it
+    ended and how many prompt tokens the server counted."""
+
+    text: str
+    tokens: list[Token]
+    done_reason: str | None
+    prompt_tokens: int
+
+
+@dataclass
+class Step:
+    """The answer to a one-token request: the token, or None where the model ended the text."""
+
+    token: Token | None
+    done_reason: str
+    prompt_tokens: int
+
+
+def _context_full(message: str) -> bool:
+    """A refusal of a prompt longer than the context, in each wording seen: Ollama's Go engine
+    ("... exceeds the context length ..."), and since 0.30 llama-server's own JSON error passed on as
+    the message's text (`"type": "exceed_context_size_error"`, "exceeds the available context size")."""
+    try:
+        inner = json.loads(message).get("error", {})
+        if isinstance(inner, dict) and inner.get("type") == "exceed_context_size_error":
+            return True
+    except (ValueError, AttributeError):
+        pass
+    return "context length" in message or ("exceeds" in message and "context" in message)
+
+
+def refusal(status: int, message: str, host: str = "") -> ServerError:
+    """The error for a server's refusal: `status` and its own message, classified by kind."""
+    message = message.strip() or f"HTTP {status}"
+    if status == 404:
+        kind: type[ServerError] = ModelNotFound
+    elif _context_full(message):
+        kind = ContextFull
+    elif 400 <= status < 500:
+        kind = RequestRefused
+    else:
+        kind = ServerError
+    return kind(message, status, host)
+
+
+class Target(Protocol):
+    """A server the engine verifies on (and drafts on, for a draft model): one method per thing the
+    engine asks. `url` names the server in the engine's caches; `described` is its cache of models'
+    parameters (model_info.py)."""
+
+    url: str
+    described: dict[tuple[str, str], Any]
+
+    async def about(self) -> dict[str, Any]:
+        """Ollama's `/api/version`, with the embedded server's own fields (`embedded`, `exact_logprobs`)."""
+        ...
+
+    async def version(self) -> tuple[int, ...]: ...
+
+    async def is_embedded(self) -> bool: ...
+
+    async def exact_logprobs(self) -> bool: ...
+
+    async def list_models(self) -> list[dict[str, Any]]: ...
+
+    async def models(self) -> list[str]: ...
+
+    async def show(self, model: str, verbose: bool = False) -> dict[str, Any]: ...
+
+    async def running(self) -> list[dict[str, Any]]: ...
+
+    def stream_answer(self, chat: bool, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+        """A standard answer exactly as a client asking `/api/chat` or `/api/generate` gets it."""
+        ...
+
+    async def render_chat(self, model: str, messages: list[dict[str, str]], options: dict[str, Any],
+                          think: bool | str | None = None) -> str:
+        """The raw prompt the model's chat template makes of `messages`."""
+        ...
+
+    def stream_raw(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
+                   format: Any = None) -> AsyncIterator[Chunk]:
+        """Raw generation after `prompt`, chunk by chunk; leaving early stops it."""
+        ...
+
+    async def next_token(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
+                         burst: dict[str, str] | None = None) -> Step:
+        """The model's next token after `prompt`: one validator position."""
+        ...
+
+    async def next_tokens(self, model: str, prompts: list[str], options: list[dict[str, Any]],
+                          top_logprobs: int = 0) -> list[Step]:
+        """`next_token` for each prompt, evaluated together: one validator burst."""
+        ...
+
+    async def aclose(self) -> None: ...

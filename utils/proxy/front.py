@@ -1,0 +1,49 @@
+"""The embedded server's speculating front (`cli.py serve`): the proxy's answers, made in process.
+
+An ASGI middleware of the embedded server's app (utils/embedded/http/api.py `create_app(front=...)`),
+outside the server's own stack and inside its CORS. `/api/generate`, `/api/chat`, `/v1/completions`
+and `/v1/chat/completions` go through the very routes of the proxy (app.py: `decide`, the same
+routing, statistics, `speculative` object and `/metrics`), but the engine verifies on the server's
+in-process target (no HTTP and no JSON per round), and what is not speculated is handed down to the
+server's own stack, in process, as it came. A request with `X-Speculation: off` (utils/burst.py),
+such as each of the engine's own requests over HTTP, goes straight down without its body being read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from utils.burst import opted_out
+from utils.engine.target import Target
+from utils.proxy.app import ollama_answer, openai_answer, prometheus, recent
+from utils.proxy.serving import ProxyConfig, ProxyState
+
+Route = Callable[[Request], Awaitable[Response]]
+ROUTES: dict[tuple[str, str], Route] = {
+    ("POST", "/api/generate"): lambda request: ollama_answer(request, False),
+    ("POST", "/api/chat"): lambda request: ollama_answer(request, True),
+    ("POST", "/v1/completions"): lambda request: openai_answer(request, False),
+    ("POST", "/v1/chat/completions"): lambda request: openai_answer(request, True),
+    ("GET", "/metrics"): prometheus,
+    ("GET", "/api/proxy/recent"): recent,
+}
+
+
+class SpeculatingFront:
+    """`app`: the server's stack below the front; `target`: the engine's in-process target on it."""
+
+    def __init__(self, app: ASGIApp, target: Target, config: ProxyConfig):
+        self.app = app
+        self.state = ProxyState(config, target=target, local=app)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        route = ROUTES.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
+        if route is None or opted_out(scope["headers"]):
+            return await self.app(scope, receive, send)
+        scope["speculation"] = self.state  # read by the proxy's routes (app.state_of)
+        response = await route(Request(scope, receive))
+        await response(scope, receive, send)
