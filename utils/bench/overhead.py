@@ -31,13 +31,14 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from utils.burst import announce
 from utils.engine.client import OllamaClient, ServerError
 from utils.engine.config import EngineConfig
 from utils.engine.drafters import Drafter, DraftSetup, build_drafter, model_free_drafters
+from utils.engine.target import Target
 from utils.sampling import GREEDY
 
 KS = (2, 4, 8)
@@ -92,10 +93,14 @@ def context_text(tokens_wanted: int, chars_per_token: float) -> str:
 
 
 class Bench:
+    """The requests as the engine makes them over HTTP. `way` names another path (in_process.py)."""
+
+    way = ""
+
     def __init__(self, url: str, target: str, draft: str):
         self.url, self.target, self.draft = url, target, draft
         # The engine's transport, so that "outside" is what the engine pays: its session and JSON codec.
-        self.server = OllamaClient(url, connect_timeout=10.0, timeout=600.0)
+        self.server: Target = OllamaClient(url, connect_timeout=10.0, timeout=600.0)
         self.num_ctx = 4096
 
     async def aclose(self) -> None:
@@ -107,11 +112,13 @@ class Bench:
                                                  "num_ctx": self.num_ctx}}
 
     async def one(self, model: str, prompt: str, burst: dict[str, str] | None = None) -> dict:
+        assert isinstance(self.server, OllamaClient)
         return await self.server._request("POST", "/api/generate", self._body(model, prompt, 1, False, 0), burst)
 
     async def stream(self, model: str, prompt: str, num_predict: int, top: int) -> tuple[list[str], dict]:
         pieces, final = [], {}
         body = self._body(model, prompt, num_predict, True, top)
+        assert isinstance(self.server, OllamaClient)
         async for message in self.server._stream("/api/generate", body):
             if message.get("done"):
                 final = message
@@ -139,6 +146,7 @@ class Bench:
         started = time.perf_counter()
         if one_request:
             bodies = [self._body(self.target, prompt, 1, False, 0) for prompt in prompts]
+            assert isinstance(self.server, OllamaClient)
             answers = (await self.server._request("POST", "/speculative/burst", {"requests": bodies}))["responses"]
         else:
             burst = announce(len(prompts))  # as the engine's validator does
@@ -185,54 +193,62 @@ async def build_context(bench: Bench, tokens_wanted: int) -> tuple[str, int]:
     return text, counted
 
 
-async def measure(url: str, target: str, draft: str, tokens_wanted: int, repeat: int,
-                  progress: Callable[[str], None] | None = None) -> dict:
-    bench = Bench(url, target, draft)
-    try:
-        bench.num_ctx = max(4096, 1 << (tokens_wanted + 2 * STANDARD_TOKENS + max(KS) + 64).bit_length())
-        about = await bench.server.about()
-        context, counted = await build_context(bench, tokens_wanted)
-        pieces, _ = await bench.stream(target, context, max(KS), 0)
-        if len(pieces) < max(KS):
-            raise RuntimeError(f"{target} ended after {len(pieces)} tokens; {max(KS)} are needed for the drafts")
-        rows: dict[str, Row] = {"standard": Row("standard decoding, per token"),
-                                "one": Row("one-token request, extending the cache")}
-        rows.update({f"draft{k}": Row(f"draft proposal, K={k}") for k in KS})
-        endpoint = bool(about.get("burst_endpoint"))  # the engine then sends each burst in one request
-        way = "one HTTP request" if endpoint else "{n} requests"
-        rows.update({f"burst{k}": Row(f"validator burst, K={k} ({way.format(n=k + 1)})") for k in KS})
-        if endpoint:  # what the same bursts cost as K+1 requests, as any other Ollama gets them
-            rows.update({f"apart{k}": Row(f"  the same as {k + 1} requests") for k in KS})
-        setup = DraftSetup(bench.server, target, bench.server, EngineConfig())
-        free = {kind: await build_drafter(kind, setup) for kind in model_free_drafters()}
-        proposals = {kind: (Row("reading the context"), Row("one token later")) for kind in free}
+async def prepare(bench: Bench, tokens_wanted: int) -> tuple[Callable[[], Awaitable[None]], dict]:
+    """A bench's context and rows: (one round of every measurement, the result its rounds fill)."""
+    target = bench.target
+    bench.num_ctx = max(4096, 1 << (tokens_wanted + 2 * STANDARD_TOKENS + max(KS) + 64).bit_length())
+    about = await bench.server.about()
+    context, counted = await build_context(bench, tokens_wanted)
+    pieces, _ = await bench.stream(target, context, max(KS), 0)
+    if len(pieces) < max(KS):
+        raise RuntimeError(f"{target} ended after {len(pieces)} tokens; {max(KS)} are needed for the drafts")
+    rows: dict[str, Row] = {"standard": Row("standard decoding, per token"),
+                            "one": Row("one-token request, extending the cache")}
+    rows.update({f"draft{k}": Row(f"draft proposal, K={k}") for k in KS})
+    endpoint = bool(about.get("burst_endpoint"))  # the engine then sends each burst in one request
+    way = bench.way or ("one HTTP request" if endpoint else "{n} requests")
+    rows.update({f"burst{k}": Row(f"validator burst, K={k} ({way.format(n=k + 1)})") for k in KS})
+    apart = endpoint and not bench.way  # what the same bursts cost as K+1 requests, as any other Ollama gets them
+    if apart:
+        rows.update({f"apart{k}": Row(f"  the same as {k + 1} requests") for k in KS})
+    setup = DraftSetup(bench.server, target, bench.server, EngineConfig())
+    free = {kind: await build_drafter(kind, setup) for kind in model_free_drafters()}
+    proposals = {kind: (Row("reading the context"), Row("one token later")) for kind in free}
 
-        async def round_() -> None:
-            rows["standard"].samples.append(await bench.standard(context))
-            rows["one"].samples.extend(await bench.one_token_steps(context, pieces))
-            for k in KS:
-                rows[f"draft{k}"].samples.append(await bench.draft_proposal(context, k))
-                prompts = [context + "".join(pieces[:i]) for i in range(k + 1)]
-                rows[f"burst{k}"].samples.append(await bench.burst(prompts, endpoint))
-                if endpoint:
-                    rows[f"apart{k}"].samples.append(await bench.burst(prompts, False))
-            for kind, drafter in free.items():
-                assert drafter is not None
-                first, later = await free_proposals(drafter, context, pieces)
-                proposals[kind][0].samples.append(first)
-                proposals[kind][1].samples.extend(later)
+    async def round_() -> None:
+        rows["standard"].samples.append(await bench.standard(context))
+        rows["one"].samples.extend(await bench.one_token_steps(context, pieces))
+        for k in KS:
+            rows[f"draft{k}"].samples.append(await bench.draft_proposal(context, k))
+            prompts = [context + "".join(pieces[:i]) for i in range(k + 1)]
+            rows[f"burst{k}"].samples.append(await bench.burst(prompts, endpoint))
+            if apart:
+                rows[f"apart{k}"].samples.append(await bench.burst(prompts, False))
+        for kind, drafter in free.items():
+            assert drafter is not None
+            first, later = await free_proposals(drafter, context, pieces)
+            proposals[kind][0].samples.append(first)
+            proposals[kind][1].samples.extend(later)
 
+    return round_, {"context": counted, "embedded": bool(about.get("embedded")), "version": about.get("version"),
+                    "path": bench.way.split(" ")[0] if bench.way else "http", "rows": rows, "proposals": proposals}
+
+
+async def measure(benches: list[Bench], tokens_wanted: int, repeat: int,
+                  progress: Callable[[str], None] | None = None) -> list[dict]:
+    """Every bench's rounds interleaved, one warm-up round each, then `repeat` counted."""
+    prepared = [await prepare(bench, tokens_wanted) for bench in benches]
+    for round_, _ in prepared:
         await round_()  # warm-up, not counted
-        for row in [*rows.values(), *(row for pair in proposals.values() for row in pair)]:
+    for _, result in prepared:
+        for row in [*result["rows"].values(), *(row for pair in result["proposals"].values() for row in pair)]:
             row.samples.clear()
-        for number in range(repeat):
-            if progress:
-                progress(f"context {counted}: round {number + 1} of {repeat}")
+    for number in range(repeat):
+        if progress:
+            progress(f"context {prepared[0][1]['context']}: round {number + 1} of {repeat}")
+        for round_, _ in prepared:
             await round_()
-        return {"context": counted, "embedded": bool(about.get("embedded")), "version": about.get("version"),
-                "rows": rows, "proposals": proposals}
-    finally:
-        await bench.aclose()
+    return [result for _, result in prepared]
 
 
 def speedup(k: int, a: float, standard: float, draft_k: float, burst_k: float) -> float:
@@ -260,7 +276,8 @@ def report(result: dict, target: str, draft: str, repeat: int) -> str:
     rows: dict[str, Row] = result["rows"]
     lines = [
         f"context {result['context']} tokens: target {target}, draft {draft}, "
-        f"{'embedded server' if result['embedded'] else 'Ollama ' + str(result['version'])}, "
+        f"{'embedded server' if result['embedded'] else 'Ollama ' + str(result['version'])} "
+        f"({'in process' if result['path'] == 'in' else 'over HTTP'}), "
         f"medians of {repeat} interleaved rounds, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores",
         f"{'measurement':44} {'wall ms':>9} {'engine ms':>9} {'outside ms':>10}",
     ]
@@ -299,9 +316,23 @@ def report(result: dict, target: str, draft: str, repeat: int) -> str:
 
 
 def run(host: str | None, target: str, draft: str, contexts: list[int], repeat: int,
-        progress: Callable[[str], None] | None = None) -> str:
+        progress: Callable[[str], None] | None = None, in_process: bool = False) -> str:
+    """The report for each context; with `in_process`, the embedded server's in-process target too
+    (in_process.py), its rounds interleaved with those over HTTP."""
     async def all_contexts(url: str) -> list[dict]:
-        return [await measure(url, target, draft, n, repeat, progress) for n in contexts]
+        results = []
+        for n in contexts:
+            benches = [Bench(url, target, draft)]
+            if in_process:
+                from utils.bench.in_process import LocalBench
+
+                benches.append(await LocalBench.start(target, draft))
+            try:
+                results += await measure(benches, n, repeat, progress)
+            finally:
+                for bench in benches:
+                    await bench.aclose()
+        return results
 
     if host:
         results = asyncio.run(all_contexts(host if "://" in host else f"http://{host}"))
@@ -323,10 +354,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft", default=SMALL)
     parser.add_argument("--context", type=int, nargs="+", default=[233, 4000], help="context sizes in tokens")
     parser.add_argument("--repeat", type=int, default=7, help="interleaved rounds (medians)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="also measure the embedded server's in-process target (cli.py serve's path), loaded "
+                             "in this process, interleaved with the HTTP rounds")
     args = parser.parse_args(argv)
     try:
         print(run(args.host, args.target, args.draft, args.context, args.repeat,
-                  progress=lambda label: print(label, file=sys.stderr, flush=True)))
+                  progress=lambda label: print(label, file=sys.stderr, flush=True), in_process=args.in_process))
     except (RuntimeError, OSError, ValueError, httpx.HTTPError, ServerError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -143,7 +143,8 @@ class Target(Protocol):
 
     def stream_raw(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
                    format: Any = None) -> AsyncIterator[Chunk]:
-        """Raw generation after `prompt`, chunk by chunk; leaving early stops it."""
+        """Raw generation after `prompt`, chunk by chunk; leaving early stops it. With `top_logprobs`
+        0 here and below, a token's own log-probability may be left out (None)."""
         ...
 
     async def next_token(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,

@@ -20,7 +20,6 @@ from typing import Any
 from utils.api.http import ApiError
 from utils.api.schemas import Options
 from utils.burst import new_id
-from utils.embedded.http.answer import logprob_entry
 from utils.embedded.http.text import TextAssembler
 from utils.embedded.runtime.grammar import constraint_for
 from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
@@ -32,8 +31,9 @@ URL = "in-process://embedded"  # names this server in the engine's caches
 
 
 def _token(info: TokenInfo) -> Token:
-    entry = logprob_entry(info)
-    return Token(entry["token"], entry["logprob"], {alt["token"]: alt["logprob"] for alt in entry["top_logprobs"]})
+    """As the HTTP path's logprobs read (answer.logprob_entry): bytes decoded, a partial character as U+FFFD."""
+    return Token(info.piece.decode("utf-8", errors="replace"), info.logprob,
+                 {piece.decode("utf-8", errors="replace"): logprob for _, piece, logprob in info.top or []})
 
 
 def _error(error: BaseException) -> ServerError:
@@ -56,7 +56,9 @@ class InProcessTarget:
         self.app, self.loaded, self._about = app, models, about
         self.described: dict[tuple[str, str], Any] = {}
         self._options: dict[str, Options] = {}  # the engine sends few distinct option sets: parsed once
-        self.engine_ns = 0  # the runner's own time for the latest burst (bench-overhead holds wall time to it)
+        # The runner's own time for the latest burst or stream, and how many evaluations a burst took
+        # (its jobs evaluated together report the same one): bench-overhead holds wall time to them.
+        self.engine_ns, self.evaluations = 0, 0
 
     async def aclose(self) -> None:
         return None
@@ -134,10 +136,11 @@ class InProcessTarget:
     @staticmethod
     def _job(runner: ModelRunner, prompt: str, options: Options, top_logprobs: int, format: Any = None) -> Job:
         # As a raw /api/generate with `truncate: false` (the engine's requests, client.py): a prompt
-        # past the context is refused, never cut.
+        # past the context is refused, never cut. Without alternatives asked, no log-probability is
+        # computed (a pass over the whole vocabulary per token, which the engine does not read then).
         job = Job(prompt=prompt.encode("utf-8", errors="surrogatepass"), options=options.sampling(),
                   num_predict=options.num_predict if options.num_predict >= 0 else 1 << 30,
-                  top_logprobs=top_logprobs, on_token=_unset, on_done=_unset, truncate=False)
+                  top_logprobs=top_logprobs or None, on_token=_unset, on_done=_unset, truncate=False)
         job.constraint = constraint_for(runner, format)
         return job
 
@@ -183,8 +186,9 @@ class InProcessTarget:
                 raise _error(end)
             assert end is not None
             steps.append(Step(_token(info) if info is not None else None, end.done_reason, end.prompt_eval_count))
-        # Jobs evaluated together each report the shared evaluation: the longest is the burst's time.
-        self.engine_ns = max(end.prompt_eval_duration + end.eval_duration for end in ends if end is not None)
+        answered = [end for end in ends if isinstance(end, Completion)]
+        self.engine_ns = max(end.prompt_eval_duration + end.eval_duration for end in answered)
+        self.evaluations = len({end.prompt_eval_duration for end in answered})
         return steps
 
     async def stream_raw(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
@@ -205,6 +209,7 @@ class InProcessTarget:
                 if isinstance(event, RunnerError):
                     raise _error(event)
                 if isinstance(event, Completion):
+                    self.engine_ns = event.prompt_eval_duration + event.eval_duration
                     reason = "stop" if assembler.stopped else event.done_reason
                     yield Chunk(assembler.flush(), [], reason, event.prompt_eval_count)
                     return
