@@ -1,0 +1,131 @@
+"""`cli.py serve` speculating inside the server (its in-process target, utils/embedded/http/target.py),
+driven by the clients people use: ollama-python and the OpenAI SDK, streamed and not.
+
+Greedy answers must equal the same server's answers with speculation off (`X-Speculation: off`),
+word for word, on the 32 equality prompts, for prompt lookup and the Qwen pair; sampled answers must
+keep the target's distribution; `/metrics` must show that drafts were really verified.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import ollama
+import openai
+import pytest
+
+from tests.support.models import DRAFT, TARGET
+from utils.embedded.server import EmbeddedServer
+from utils.sampling import SamplingOptions, text_distribution
+
+PROMPTS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" / "bench.jsonl").open()]
+EQUALITY_PROMPTS = [p for c in ("code", "edit", "summarize", "chat")
+                    for p in [q for q in PROMPTS if q["category"] == c][:8]]
+TOKENS = 32
+OFF = {"X-Speculation": "off"}
+# The end of this prompt occurs earlier in it, so prompt lookup drafts from the first token on.
+COLOURS = ("<|im_start|>user\nOne colour is red. One colour is green. One colour is blue. Name one more colour."
+           "<|im_end|>\n<|im_start|>assistant\nOne colour is")
+CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[str]:
+    """`cli.py serve` with speculation on, as a user starts it. K = 4 fixed: every draft is verified
+    (on this CPU the controller finds that the draft model does not pay, and would not draft)."""
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with EmbeddedServer(log_path=log, speculation=True,
+                        args=["--pair", f"{DRAFT}=lookup", "--pair", f"{TARGET}={DRAFT}", "--k", "4"]) as server:
+        yield server.url
+
+
+def drafted(url: str, model: str) -> tuple[int, int]:
+    """(drafted, accepted) tokens so far for `model`, from the server's /metrics."""
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+
+    def total(name: str) -> int:
+        pattern = rf'^{name}{{[^}}]*target="{re.escape(model)}"[^}}]*}} (\d+)'
+        return sum(int(value) for value in re.findall(pattern, text, re.M))
+
+    return total("spec_decode_num_draft_tokens_total"), total("spec_decode_num_accepted_tokens_total")
+
+
+def answer_text(url: str, model: str, prompt: str, way: int, headers: dict[str, str] | None) -> str:
+    """One greedy answer, in one of four ways a client asks: ollama-python generate (whole) and chat
+    (streamed), the OpenAI SDK's chat (whole) and completions (streamed)."""
+    options = {"temperature": 0, "num_predict": TOKENS}
+    if way < 2:
+        client = ollama.Client(host=url, headers=headers or {}, timeout=600)
+        if way == 0:
+            return client.generate(model=model, prompt=prompt, options=options).response
+        parts = client.chat(model=model, messages=[{"role": "user", "content": prompt}], options=options, stream=True)
+        return "".join(part.message.content for part in parts)
+    sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", default_headers=headers or {}, timeout=600)
+    if way == 2:
+        reply = sdk.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}],
+                                            temperature=0, max_tokens=TOKENS)
+        return reply.choices[0].message.content or ""
+    stream = sdk.completions.create(model=model, prompt=prompt, temperature=0, max_tokens=TOKENS, stream=True)
+    return "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+
+
+@pytest.mark.parametrize("model", [DRAFT, TARGET], ids=["prompt-lookup", "qwen-pair"])
+def test_greedy_answers_equal_the_same_server_without_speculation(served, model):
+    before = drafted(served, model)
+    for number, prompt in enumerate(EQUALITY_PROMPTS):
+        way = number % 4
+        standard = answer_text(served, model, prompt["prompt"], way, OFF)
+        assert answer_text(served, model, prompt["prompt"], way, None) == standard, (prompt["id"], way)
+    tokens, accepted = drafted(served, model)
+    assert tokens > before[0] and accepted > before[1], (before, tokens, accepted)  # drafts were verified
+
+
+def test_an_answer_says_what_speculation_did_and_an_opted_out_one_is_standard(served):
+    body = {"model": DRAFT, "prompt": COLOURS, "raw": True, "stream": False,
+            "options": {"temperature": 0, "num_predict": 12}}
+    speculated = httpx.post(f"{served}/api/generate", json=body, timeout=300).json()
+    standard = httpx.post(f"{served}/api/generate", json=body, headers=OFF, timeout=300).json()
+    assert speculated["response"] == standard["response"] and speculated["eval_count"] == standard["eval_count"]
+    assert speculated["speculative"]["drafter"] == "lookup" and speculated["speculative"]["draft_tokens"] > 0
+    assert "speculative" not in standard
+    # What speculation cannot serve exactly goes to the server's own generation, unchanged.
+    shaped = httpx.post(f"{served}/api/generate", json={**body, "format": "json"}, timeout=300).json()
+    assert "speculative" not in shaped and shaped["done"] is True
+    assert 'reason="format"' in httpx.get(f"{served}/metrics", timeout=30).text
+
+
+def test_sampled_answers_keep_the_target_distribution(served):
+    options = SamplingOptions(temperature=1.0, top_k=5, top_p=1.0)
+    probe = {"model": DRAFT, "prompt": COLOURS, "raw": True, "stream": False, "logprobs": True, "top_logprobs": 20,
+             "options": {"temperature": 0, "num_predict": 1}}
+    top = httpx.post(f"{served}/api/generate", json=probe, headers=OFF, timeout=300).json()["logprobs"][0]
+    expected = text_distribution({t["token"]: t["logprob"] for t in top["top_logprobs"]}, options)
+    runs, seen, methods, drafts = 240, Counter(), set(), 0
+    client = httpx.Client(timeout=300)
+    for _ in range(runs):  # no seed: a seeded sampled answer is standard generation's to repeat
+        body = {"model": DRAFT, "prompt": COLOURS, "raw": True, "stream": False,
+                "options": {"temperature": 1.0, "top_k": 5, "top_p": 1.0, "num_predict": 3}}
+        reply = client.post(f"{served}/api/generate", json=body).json()
+        methods.add(reply["speculative"]["method"])
+        drafts += reply["speculative"]["draft_tokens"]
+        first = next(iter(expected_prefix(reply["response"], expected)), reply["response"])
+        seen[first] += 1
+    client.close()
+    assert methods == {"sample-match"} and drafts > 0, (methods, drafts)
+    assert sum(seen[t] for t in seen if t not in expected) == 0, seen  # nothing the target cannot sample
+    common = [t for t, p in expected.items() if p * runs >= 5]
+    observed = [seen[t] for t in common] + [runs - sum(seen[t] for t in common)]
+    wanted = [expected[t] * runs for t in common] + [runs * (1 - sum(expected[t] for t in common))]
+    cells = [(o, e) for o, e in zip(observed, wanted) if e > 0.5]
+    chi2 = sum((o - e) ** 2 / e for o, e in cells)
+    assert chi2 < CHI2_CRITICAL_001[len(cells) - 1], (chi2, seen, expected)
+
+
+def expected_prefix(text: str, expected: dict[str, float]) -> list[str]:
+    """The first token's text: the longest token of the distribution that the answer begins with."""
+    return sorted((token for token in expected if token and text.startswith(token)), key=len, reverse=True)
