@@ -51,7 +51,9 @@ def target_host(settings: Settings, explicit: str | None = None) -> str:
         store = ModelStore(settings.models_dir)
         if not store.installed():
             raise HostError("no OLLAMA_HOST and no bundled model installed: run `python cli.py models install`")
-        _embedded = EmbeddedServer()
+        # `cli.py serve` as a user runs it: speculation on, so that any other client of it (the app's
+        # proxy page, a script) gets it too; the engine's own requests opt out (utils/burst.py).
+        _embedded = EmbeddedServer(speculation=True)
         _embedded.start()
         atexit.register(_embedded.stop)
     return _embedded.url

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.recorded import UNMATCHED, RecordedOllama, load
-from utils.burst import HEADER, parse
+from utils.burst import HEADER, opted_out, parse
 from utils.engine import client as client_module
 from utils.engine.client import (
     ContextFull,
@@ -130,6 +130,8 @@ async def test_a_burst_then_the_same_prompts_one_by_one(client, ollama):
     alone = [await client.next_token(MODEL, prompt, GREEDY, top_logprobs=5) for prompt in NESTED]
     assert [r.matched for r in ollama.received[-5:]] == [f"12-sequential-{i}" for i in range(5)]
     assert HEADER not in ollama.received[-1].headers
+    # Each is a piece of an answer the engine is making: a speculating server must not speculate it.
+    assert all(opted_out(r.headers) for r in ollama.received[-10:])
 
     tokens = ["#", "   ", "       ", " fibonacci", "   "]
     assert [s.token.text for s in burst] == [s.token.text for s in alone] == tokens

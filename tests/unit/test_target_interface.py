@@ -46,3 +46,13 @@ def test_each_implementation_names_its_server() -> None:
     from utils.embedded.http.target import URL, InProcessTarget
 
     assert InProcessTarget.url == URL and OllamaClient("127.0.0.1:1").url == "http://127.0.0.1:1"
+
+
+@pytest.mark.parametrize("headers, off", [
+    ({"x-speculation": "off"}, True), ({"x-speculation": " OFF "}, True), ({"x-speculation": "on"}, False),
+    ({}, False), ([(b"x-speculation", b"off")], True), ([(b"x-speculation", b"no")], False), ([], False),
+])
+def test_a_request_opts_out_of_speculation_with_one_header(headers, off) -> None:
+    from utils.burst import opted_out
+
+    assert opted_out(headers) is off
