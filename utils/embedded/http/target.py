@@ -174,7 +174,7 @@ class InProcessTarget:
             job.burst = announced
             job.on_token = lambda info, index=index: tokens.__setitem__(index, info)
             job.on_done = lambda event, index=index: done(index, event)
-            runner.submit(job)
+        runner.submit_all(jobs)
         try:
             await finished
         finally:
