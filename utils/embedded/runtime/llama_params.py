@@ -1,5 +1,5 @@
 """What the runner needs from llama-cpp-python beyond Llama()'s own arguments: parameter fields it
-has no argument for, the batch-invariant kernel switch, and a token's whole bytes."""
+has no argument for, the batch-invariant kernel switch, a token's whole bytes, and the tokenizer."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ from pathlib import Path
 
 # llama.cpp before numpy: see runner.py.
 from llama_cpp import llama_cpp
+
+SHORT_TEXT = 64  # bytes: texts up to this long, tokenized on their own, are remembered (tokenizer)
 
 
 @contextmanager
@@ -103,3 +105,32 @@ def token_piece(vocab: object, token: int) -> bytes:
         if length >= 0:
             return buffer.raw[:length]
         size = -length  # too small: the length it needs
+
+
+def tokenizer(vocab: object):  # noqa: ANN202 - (text, add_bos) -> token ids
+    """llama.cpp's tokenizer, as `Llama.tokenize(text, add_bos, special=True)`, into a buffer the
+    size of the text (a token takes one byte at least) rather than one of the model's training
+    context (32,768 ids for Qwen, allocated per call); and short texts tokenized on their own are
+    remembered, as BPE tokenizers keep a cache of words: in a validator burst each nested prompt's
+    new text is one drafted piece, tokenized alone (cache.py `after`), about 40 us a call in
+    llama.cpp, mostly its pre-tokenizing regular expressions."""
+
+    def raw(text: bytes, add_bos: bool) -> list[int]:
+        size = len(text) + 2
+        buffer = (llama_cpp.llama_token * size)()
+        count = llama_cpp.llama_tokenize(vocab, text, len(text), buffer, size, add_bos, True)
+        if count < 0:  # cannot happen (see above); llama.cpp says how many it needs
+            buffer = (llama_cpp.llama_token * -count)()
+            count = llama_cpp.llama_tokenize(vocab, text, len(text), buffer, -count, add_bos, True)
+        if count < 0:
+            raise RuntimeError(f"llama.cpp could not tokenize {len(text)} bytes")
+        return buffer[:count]
+
+    @functools.lru_cache(maxsize=1 << 14)
+    def alone(text: bytes) -> tuple[int, ...]:
+        return tuple(raw(text, False))
+
+    def tokenize(text: bytes, add_bos: bool) -> list[int]:
+        return list(alone(text)) if not add_bos and len(text) <= SHORT_TEXT else raw(text, add_bos)
+
+    return tokenize

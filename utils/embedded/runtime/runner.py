@@ -13,7 +13,6 @@ in a nested group each prompt is tokenized as the previous one plus its extra te
 
 from __future__ import annotations
 
-import functools
 import os
 import queue
 import sys
@@ -35,11 +34,10 @@ from utils.embedded.runtime.bursts import gather
 from utils.embedded.runtime.cache import TokenCache, common_prefix
 from utils.embedded.runtime.context import fit_groups
 from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
-from utils.embedded.runtime.llama_params import Kernels, llama_defaults, token_piece
+from utils.embedded.runtime.llama_params import Kernels, llama_defaults, token_piece, tokenizer
 from utils.embedded.runtime.slots import Answer, Slot, idle_slot, nested_groups, tokenize_group
 from utils.sampling import best_tokens, log_sum_exp, sample
 
-SHORT_TEXT = 64  # bytes: texts up to this long, tokenized on their own, are remembered (_tokenizer)
 TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
 
 # llama.cpp computes with OpenMP, and libgomp keeps a team of threads for each thread that calls it.
@@ -47,35 +45,6 @@ TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was
 # spinning between steps: the target decoded about 15% slower once a draft model was loaded beside
 # it. Every model's evaluations run on this one thread instead, so there is one team in all.
 _COMPUTE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
-
-
-def _tokenizer(vocab: object):  # noqa: ANN202 - (text, add_bos) -> token ids
-    """llama.cpp's tokenizer, as `Llama.tokenize(text, add_bos, special=True)`, into a buffer the
-    size of the text (a token takes one byte at least) rather than one of the model's training
-    context (32,768 ids for Qwen, allocated per call); and short texts tokenized on their own are
-    remembered, as BPE tokenizers keep a cache of words: in a validator burst each nested prompt's
-    new text is one drafted piece, tokenized alone (cache.py `after`), about 40 us a call in
-    llama.cpp, mostly its pre-tokenizing regular expressions."""
-
-    def raw(text: bytes, add_bos: bool) -> list[int]:
-        size = len(text) + 2
-        buffer = (llama_cpp.llama_token * size)()
-        count = llama_cpp.llama_tokenize(vocab, text, len(text), buffer, size, add_bos, True)
-        if count < 0:  # cannot happen (see above); llama.cpp says how many it needs
-            buffer = (llama_cpp.llama_token * -count)()
-            count = llama_cpp.llama_tokenize(vocab, text, len(text), buffer, -count, add_bos, True)
-        if count < 0:
-            raise RuntimeError(f"llama.cpp could not tokenize {len(text)} bytes")
-        return buffer[:count]
-
-    @functools.lru_cache(maxsize=1 << 14)
-    def alone(text: bytes) -> tuple[int, ...]:
-        return tuple(raw(text, False))
-
-    def tokenize(text: bytes, add_bos: bool) -> list[int]:
-        return list(alone(text)) if not add_bos and len(text) <= SHORT_TEXT else raw(text, add_bos)
-
-    return tokenize
 
 
 class ModelRunner:
@@ -105,7 +74,7 @@ class ModelRunner:
         vocab = llama_cpp.llama_model_get_vocab(model.model)
         self.pieces = [token_piece(vocab, t) for t in range(self.vocab_size)]
         self.end_tokens = {t for t in range(self.vocab_size) if llama_cpp.llama_vocab_is_eog(vocab, t)}
-        tokenize = _tokenizer(vocab)
+        tokenize = tokenizer(vocab)
         adds_bos, bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab)), int(llama_cpp.llama_vocab_bos(vocab))
         self.slots = [Slot(seq, TokenCache(self.pieces, tokenize, adds_bos, bos)) for seq in range(parallel)]
         self.pending: deque[list[Job]] = deque()  # groups waiting for an idle slot
