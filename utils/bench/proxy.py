@@ -7,7 +7,10 @@ is an embedded server that serves one request at a time (as Ollama with OLLAMA_N
 speculation cannot pay there, and the controller must bring the proxy back to standard speed.
 
     python cli.py bench-proxy [--model smollm2:135m] [--drafter lookup] [--no-batch]
-        [--limit 3] [--repeat 2] [--max-tokens 96] [--upstream http://127.0.0.1:11434]
+        [--limit 3] [--repeat 2] [--max-tokens 96] [--upstream http://127.0.0.1:11434] [--serve]
+
+With `--serve` there is no proxy: `cli.py serve` speculates inside the server (its in-process
+target), and "direct" is the same server asked with `X-Speculation: off` (standard generation).
 
 Beside the speeds it prints how many answers through the proxy were identical to the direct ones, and
 the server's self-consistency: how many direct answers were the same when the same request came again
@@ -31,6 +34,7 @@ from types import SimpleNamespace
 import httpx
 import ollama
 
+from utils.burst import NO_SPECULATION
 from utils.embedded.server import EmbeddedServer
 from utils.processes import free_port, stop_process, wait_until_healthy
 
@@ -68,23 +72,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=3, help="prompts per category")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=96)
+    parser.add_argument("--serve", action="store_true",
+                        help="no proxy: cli.py serve speculating in process, against itself with X-Speculation: off")
     args = parser.parse_args(argv)
     prompts = [json.loads(line) for line in (ROOT / "prompts" / "bench.jsonl").open()]
     chosen = [p for c in dict.fromkeys(p["category"] for p in prompts)
               for p in [q for q in prompts if q["category"] == c][: args.limit]]
-    running = SimpleNamespace(url=args.upstream)
-    with nullcontext(running) if args.upstream else EmbeddedServer(batch=not args.no_batch) as upstream:
-        port = free_port()
-        process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "proxy", "--upstream", upstream.url,
-                                    "--port", str(port), "--pair", f"{args.model}={args.drafter}"],
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process: subprocess.Popen | None = None
+    if args.serve:  # one server: speculating, and standard when asked with X-Speculation: off
+        pair = ["--pair", f"{args.model}={args.drafter}"]
+        server = EmbeddedServer(batch=not args.no_batch, speculation=True, args=pair)
+    elif args.upstream:
+        server = nullcontext(SimpleNamespace(url=args.upstream))
+    else:
+        server = EmbeddedServer(batch=not args.no_batch)
+    with server as upstream:
+        if not args.serve:
+            port = free_port()
+            process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "proxy", "--upstream", upstream.url,
+                                        "--port", str(port), "--pair", f"{args.model}={args.drafter}"],
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         try:
-            url = f"http://127.0.0.1:{port}"
-            problem = wait_until_healthy(process, f"{url}/metrics", 60)
+            url = upstream.url if args.serve else f"http://127.0.0.1:{port}"
+            problem = None if args.serve else wait_until_healthy(process, f"{url}/metrics", 60)
             if problem:
                 print(f"error: the proxy {problem}", file=sys.stderr)
                 return 1
-            direct, through = ollama.Client(host=upstream.url), ollama.Client(host=url)
+            direct = ollama.Client(host=upstream.url, headers=NO_SPECULATION if args.serve else {})
+            through = ollama.Client(host=url)
             for client in (direct, through):  # load the model; let the controller meet the server
                 _answer(client, args.model, chosen[0]["prompt"], 32)
             ratios: dict[str, list[float]] = {}
@@ -118,10 +133,15 @@ def main(argv: list[str] | None = None) -> int:
                           f"through the proxy {speed[id(through)]:6.1f} tok/s ({mode}), ratio {ratio:.2f}", flush=True)
             counts = httpx.get(f"{url}/metrics").text
         finally:
-            stop_process(process, grace=10)
+            if process is not None:
+                stop_process(process, grace=10)
     upstream_kind = args.upstream or ("serialising (--no-batch) embedded" if args.no_batch else "batching embedded")
-    print(f"\n{args.model} with {args.drafter}, {upstream_kind} upstream, greedy, {args.max_tokens} tokens;"
-          " proxy tok/s over direct tok/s, median (p25-p75):")
+    if args.serve:
+        print(f"\n{args.model} with {args.drafter}, cli.py serve speculating in process ({upstream_kind} runner), "
+              f"greedy, {args.max_tokens} tokens; speculating tok/s over X-Speculation: off tok/s, median (p25-p75):")
+    else:
+        print(f"\n{args.model} with {args.drafter}, {upstream_kind} upstream, greedy, {args.max_tokens} tokens;"
+              " proxy tok/s over direct tok/s, median (p25-p75):")
     everything = [r for values in ratios.values() for r in values]
     for category, values in [*ratios.items(), ("all", everything)]:
         print(f"  {category:10} {statistics.median(values):.2f}x {_quartiles(values)}  n={len(values)}")
