@@ -103,3 +103,26 @@ def test_a_server_that_cannot_be_reached_is_an_error_not_a_traceback():
     )
     assert run.returncode == 1
     assert run.stderr.startswith("error: ") and "Traceback" not in run.stderr
+
+
+def test_the_in_process_path_is_measured_beside_http(server_url):
+    """`--in-process`: the embedded server loaded in the benchmark's own process, its in-process target
+    (what `cli.py serve` speculates on) measured in rounds interleaved with the HTTP ones; a report
+    for each, with the same rows, the bursts named by their path, and the figures adding up."""
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "cli.py"), "bench-overhead", "--host", server_url, "--in-process",
+         "--context", "120", "--repeat", "2"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stderr
+    http, local = run.stdout.split("\n\n")
+    assert "embedded server (over HTTP)" in http.splitlines()[0]
+    assert "embedded server (in process)" in local.splitlines()[0]
+    rows, tables, lost = parse(local)
+    expected = {"standard decoding, per token", "one-token request, extending the cache"}
+    expected |= {f"draft proposal, K={k}" for k in KS} | {f"validator burst, K={k} (in process)" for k in KS}
+    assert set(rows) == expected, local  # no "as K+1 requests" rows: there are no requests
+    for label, (wall, engine, outside) in rows.items():
+        assert wall > 0 and engine > 0 and engine <= wall + 0.01, label
+        assert outside == pytest.approx(wall - engine, abs=0.011), label
+    assert len(tables) == 4 and set(lost) == set(RATES)

@@ -69,6 +69,9 @@ def serve(host: str, port: int, settings: Settings, batch: bool = True, speculat
 
         pairs = model_free_pairs([spec.name for spec in store.installed()])
     front = speculating(settings, pairs, k) if speculation else None
+    said = ", ".join(f"{target}={drafter}" for target, drafter in pairs.items()) or "no model installed"
+    print(f"embedded server on http://{host}:{port}; speculation "
+          f"{'on: ' + said if speculation else 'off (--no-speculation)'}", file=sys.stderr, flush=True)
     app = create_app(store, threads=os.cpu_count() or 2, batch=batch, fast_batches=settings.fast_batches,
                      gpu_layers=settings.gpu_layers, parallel=settings.num_parallel, front=front)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
