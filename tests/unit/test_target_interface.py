@@ -23,7 +23,7 @@ def implementations() -> list[type]:
 def test_the_interface_names_what_the_engine_asks() -> None:
     assert {"next_tokens", "next_token", "stream_raw", "render_chat", "show", "stream_answer",
             "exact_logprobs", "aclose"} <= set(MEMBERS)
-    assert set(Target.__annotations__) == {"url", "described"}
+    assert set(Target.__annotations__) == {"url", "described", "drains"}
 
 
 @pytest.mark.parametrize("name", MEMBERS)
@@ -42,10 +42,11 @@ def test_each_implementation_has_the_member_with_its_parameters(name: str) -> No
         assert kind == expected, f"{implementation.__name__}.{name}"
 
 
-def test_each_implementation_names_its_server() -> None:
+def test_each_implementation_names_its_server_and_says_whether_it_drains() -> None:
     from utils.embedded.http.target import URL, InProcessTarget
 
     assert InProcessTarget.url == URL and OllamaClient("127.0.0.1:1").url == "http://127.0.0.1:1"
+    assert InProcessTarget.drains is True and OllamaClient.drains is False  # over HTTP a stream can only close
 
 
 @pytest.mark.parametrize("headers, off", [

@@ -22,6 +22,7 @@ from utils.burst import NO_SPECULATION, announce
 from utils.engine.target import (
     Chunk,
     ContextFull,
+    Drain,
     ModelNotFound,
     RequestRefused,
     ServerError,
@@ -69,6 +70,8 @@ def _step(message: dict[str, Any]) -> Step:
 
 class OllamaClient:
     """A client of one Ollama (or embedded) server. Methods map onto the HTTP endpoints the engine uses."""
+
+    drains = False  # a stream ends only by closing it (target.Drain)
 
     def __init__(self, host: str, *, connect_timeout: float = 5.0, timeout: float = 300.0):
         self.host, self.connect_timeout, self.timeout = host, connect_timeout, timeout
@@ -222,11 +225,13 @@ class OllamaClient:
                 **({"format": format} if format is not None else {})}
 
     async def stream_raw(
-        self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0, format: Any = None
+        self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0, format: Any = None,
+        drain: Drain | None = None,
     ) -> AsyncIterator[Chunk]:
         """Raw streaming generation, chunk by chunk as the server sends them.
 
-        Leaving the loop early closes the HTTP stream, which stops generation on the server.
+        Leaving the loop early closes the HTTP stream, which stops generation on the server; `drain`
+        cannot be honoured over HTTP (`drains` is False): the engine closes the stream instead.
         """
         body = self._generate_body(model, prompt, options, top_logprobs, stream=True, format=format)
         async for message in self._stream("/api/generate", body):

@@ -29,7 +29,7 @@ from utils.engine.planning import FORMAT_REASON, NO_GAIN_REASON, Plan, standard_
 from utils.engine.progress import RECENT_TOKENS, AnswerState
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats, Fallback, RoundRecord
-from utils.engine.target import ServerError, Target
+from utils.engine.target import Drain, ServerError, Target
 from utils.engine.validator import PromptPrefixValidator, Verdict, choose_method
 from utils.sampling import GREEDY, SamplingOptions
 
@@ -189,16 +189,19 @@ class SpeculativeDecoder:
         segment_started = time.perf_counter()
         first_token_at: float | None = None
         count = 0
+        drain = Drain()  # in process, the segment ends after the token in flight, which is used (target.py)
         try:
             # `format` only ever reaches here with no drafter: one segment, the whole answer, so the
             # grammar starts where the answer starts.
             async for chunk in self.target.stream_raw(self.target_model, answer.context, request,
-                                                      format=answer.request.format):
+                                                      format=answer.request.format, drain=drain):
                 if chunk.tokens and first_token_at is None:
                     first_token_at = time.perf_counter()
                 count += len(chunk.tokens)
                 answer.recent.extend(token.text for token in chunk.tokens)
                 if chunk.text or chunk.tokens:
+                    if drain.requested:
+                        answer.proposal = None  # proposed for the context before this token
                     for event in answer.emitted(output.add(chunk.text, "standard", len(chunk.tokens))):
                         yield event
                 if chunk.done_reason is not None:
@@ -207,15 +210,19 @@ class SpeculativeDecoder:
                         yield event
                     break
                 whole = not chunk.tokens or chunk.tokens[-1].complete
-                if output.done_reason or (count >= tokens and whole) or (whole and await self._draft_pays(answer)):
+                if output.done_reason:
                     break
+                if not drain.requested and ((count >= tokens and whole) or (whole and await self._draft_pays(answer))):
+                    if not self.target.drains:
+                        break  # over HTTP: closed, and the token in flight is lost
+                    drain.requested = True
         except ServerError as error:
             raise GenerationError.of(error, output.text) from None
         finished = time.perf_counter()
         if first_token_at is not None:
             answer.controller.record_standard(count, finished - first_token_at)
         answer.grade_unverified(ended=True)
-        answer.after_segment = True
+        answer.after_segment = not drain.requested  # a drained stream left no token in flight to wait for
         record = RoundRecord(k=0, emitted=count, seconds=finished - segment_started,
                              at_seconds=finished - answer.started)
         answer.stats.observe_standard(record)
@@ -295,7 +302,7 @@ class SpeculativeDecoder:
         draft = await answer.drafter.propose(answer.context, controller.k_max, GREEDY)
         if not draft.pieces or len(draft.confidence) != len(draft):
             return False
-        if controller.cut(draft.confidence, leaving_segment=True) > 0:
+        if controller.cut(draft.confidence, leaving_segment=not self.target.drains) > 0:
             answer.proposal = draft
             return True
         if answer.unverified is None:

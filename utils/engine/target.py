@@ -92,6 +92,15 @@ def _context_full(message: str) -> bool:
     return "context length" in message or ("exceeds" in message and "context" in message)
 
 
+class Drain:
+    """A raw stream's early end, asked for by the engine. A server in this process (`Target.drains`)
+    then ends the stream after the token it is already computing, which is read and used, instead of
+    discarding it: otherwise each standard segment left for a draft wastes about one standard token,
+    waiting for a computation whose token nobody reads. Over HTTP a stream can only be closed."""
+
+    requested = False
+
+
 def refusal(status: int, message: str, host: str = "") -> ServerError:
     """The error for a server's refusal: `status` and its own message, classified by kind."""
     message = message.strip() or f"HTTP {status}"
@@ -113,6 +122,7 @@ class Target(Protocol):
 
     url: str
     described: dict[tuple[str, str], Any]
+    drains: bool  # whether stream_raw honours `drain` (in process); else the engine closes the stream
 
     async def about(self) -> dict[str, Any]:
         """Ollama's `/api/version`, with the embedded server's own fields (`embedded`, `exact_logprobs`)."""
@@ -142,9 +152,11 @@ class Target(Protocol):
         ...
 
     def stream_raw(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
-                   format: Any = None) -> AsyncIterator[Chunk]:
-        """Raw generation after `prompt`, chunk by chunk; leaving early stops it. With `top_logprobs`
-        0 here and below, a token's own log-probability may be left out (None)."""
+                   format: Any = None, drain: Drain | None = None) -> AsyncIterator[Chunk]:
+        """Raw generation after `prompt`, chunk by chunk; leaving early stops it. With `drain` requested
+        (where `drains`), the stream ends after the token already being computed, without a closing
+        chunk unless the model itself ended. With `top_logprobs` 0 here and below, a token's own
+        log-probability may be left out (None)."""
         ...
 
     async def next_token(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,

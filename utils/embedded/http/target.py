@@ -25,7 +25,7 @@ from utils.embedded.runtime.grammar import constraint_for
 from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
 from utils.embedded.runtime.loaded import LoadedModels
 from utils.embedded.runtime.runner import ModelRunner
-from utils.engine.target import Chunk, ServerError, Step, Token, refusal
+from utils.engine.target import Chunk, Drain, ServerError, Step, Token, refusal
 
 URL = "in-process://embedded"  # names this server in the engine's caches
 
@@ -51,6 +51,7 @@ class InProcessTarget:
     its `/api/version` says."""
 
     url = URL
+    drains = True  # stream_raw ends after the token in flight when asked (engine.target.Drain)
 
     def __init__(self, app: Callable[..., Any], models: LoadedModels, about: dict[str, Any]):
         self.app, self.loaded, self._about = app, models, about
@@ -192,9 +193,13 @@ class InProcessTarget:
         return steps
 
     async def stream_raw(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
-                         format: Any = None) -> AsyncIterator[Chunk]:
+                         format: Any = None, drain: Drain | None = None) -> AsyncIterator[Chunk]:
         """A raw streamed generation: one chunk per token, then the closing one. Leaving early cancels
-        the job, as a closed connection does over HTTP."""
+        the job, as a closed connection does over HTTP. With `drain` requested, the job is cancelled
+        and read to its end: the worker, which checks for that after each token it gives, gives the
+        token it was computing and stops there. That token is yielded if it completes its characters
+        (else dropped, as if never computed), and the stream ends without a closing chunk, unless the
+        model itself ended the text."""
         runner = await self._runner(model, parsed := self._parsed(options))
         parsed = parsed.under(runner.parameters)
         job = self._job(runner, prompt, parsed, top_logprobs, format)
@@ -205,15 +210,22 @@ class InProcessTarget:
         runner.submit(job)
         try:
             while True:
+                draining = drain is not None and drain.requested
+                if draining:  # the worker, busy with this answer, sees it after the token it is computing
+                    job.cancelled.set()
                 event = await events.get()
                 if isinstance(event, RunnerError):
                     raise _error(event)
                 if isinstance(event, Completion):
                     self.engine_ns = event.prompt_eval_duration + event.eval_duration
+                    if draining and event.done_reason != "stop":
+                        return  # ended as asked: not an end of the answer
                     reason = "stop" if assembler.stopped else event.done_reason
                     yield Chunk(assembler.flush(), [], reason, event.prompt_eval_count)
                     return
                 text = assembler.feed(event.piece)
+                if draining and assembler.holding:
+                    return  # part of a character: dropped, as if the stream had been closed before it
                 if assembler.stopped:
                     job.cancelled.set()
                 yield Chunk(text, [_token(event)], None, 0)

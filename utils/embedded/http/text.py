@@ -34,6 +34,11 @@ class TextAssembler:
         self.pending = self.pending[len(text) :]
         return text
 
+    @property
+    def holding(self) -> bool:
+        """Whether part of a character is held, waiting for the bytes that complete it."""
+        return bool(self.decoder.getstate()[0])
+
     def flush(self) -> str:
         """The held-back text once the answer has ended for another reason."""
         if self.stopped:
