@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from collections.abc import Mapping
 
 HEADER = "x-speculative-burst"
 _ids = itertools.count()
@@ -42,8 +43,9 @@ def parse(value: str | None) -> tuple[str, int] | None:
 NO_SPECULATION = {"x-speculation": "off"}
 
 
-def opted_out(headers: dict[str, str] | list[tuple[bytes, bytes]]) -> bool:
-    """Whether a request's headers (a mapping, or ASGI's raw pairs) turn speculation off."""
+def opted_out(headers: Mapping[str, str] | list[tuple[bytes, bytes]]) -> bool:
+    """Whether a request's headers (a mapping with lower-case names, such as Starlette's, or ASGI's raw
+    pairs) turn speculation off."""
     if isinstance(headers, list):
         return any(name == b"x-speculation" and value.strip().lower() == b"off" for name, value in headers)
     return headers.get("x-speculation", "").strip().lower() == "off"

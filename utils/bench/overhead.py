@@ -100,11 +100,12 @@ class Bench:
     def __init__(self, url: str, target: str, draft: str):
         self.url, self.target, self.draft = url, target, draft
         # The engine's transport, so that "outside" is what the engine pays: its session and JSON codec.
-        self.server: Target = OllamaClient(url, connect_timeout=10.0, timeout=600.0)
+        self.client = OllamaClient(url, connect_timeout=10.0, timeout=600.0)
+        self.server: Target = self.client  # what the drafters and /api/version are read from
         self.num_ctx = 4096
 
     async def aclose(self) -> None:
-        await self.server.aclose()
+        await self.client.aclose()
 
     def _body(self, model: str, prompt: str, num_predict: int, stream: bool, top: int) -> dict:
         return {"model": model, "prompt": prompt, "raw": True, "stream": stream, "logprobs": True,
@@ -112,14 +113,12 @@ class Bench:
                                                  "num_ctx": self.num_ctx}}
 
     async def one(self, model: str, prompt: str, burst: dict[str, str] | None = None) -> dict:
-        assert isinstance(self.server, OllamaClient)
-        return await self.server._request("POST", "/api/generate", self._body(model, prompt, 1, False, 0), burst)
+        return await self.client._request("POST", "/api/generate", self._body(model, prompt, 1, False, 0), burst)
 
     async def stream(self, model: str, prompt: str, num_predict: int, top: int) -> tuple[list[str], dict]:
         pieces, final = [], {}
         body = self._body(model, prompt, num_predict, True, top)
-        assert isinstance(self.server, OllamaClient)
-        async for message in self.server._stream("/api/generate", body):
+        async for message in self.client._stream("/api/generate", body):
             if message.get("done"):
                 final = message
             else:
@@ -146,8 +145,7 @@ class Bench:
         started = time.perf_counter()
         if one_request:
             bodies = [self._body(self.target, prompt, 1, False, 0) for prompt in prompts]
-            assert isinstance(self.server, OllamaClient)
-            answers = (await self.server._request("POST", "/speculative/burst", {"requests": bodies}))["responses"]
+            answers = (await self.client._request("POST", "/speculative/burst", {"requests": bodies}))["responses"]
         else:
             burst = announce(len(prompts))  # as the engine's validator does
             answers = await asyncio.gather(*(self.one(self.target, prompt, burst) for prompt in prompts))

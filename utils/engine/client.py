@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +30,7 @@ from utils.engine.target import (
     Step,
     Token,
     _context_full,
+    parse_version,
     refusal,
 )
 from utils.engine.transport import ConnectTimeout, Transport
@@ -43,10 +43,6 @@ __all__ = ["Chunk", "ContextFull", "LOGPROBS_SINCE", "ModelNotFound", "OllamaCli
 # Since these Ollama releases: raw prompts of a chat (`_debug_render_only`) and `logprobs`.
 RENDER_SINCE = (0, 11, 5)
 LOGPROBS_SINCE = (0, 12, 11)
-
-
-def parse_version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
 def _with_scheme(host: str) -> str:

@@ -10,6 +10,7 @@ fails (`ServerError` and its kinds, which callers branch on) are defined here, f
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -99,6 +100,11 @@ class Drain:
     waiting for a computation whose token nobody reads. Over HTTP a stream can only be closed."""
 
     requested = False
+
+
+def parse_version(text: str) -> tuple[int, ...]:
+    """`/api/version`'s version as numbers: "0.12.11" -> (0, 12, 11)."""
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
 
 
 def refusal(status: int, message: str, host: str = "") -> ServerError:

@@ -69,7 +69,7 @@ OPTED_OUT = Forward("header", "the client asked for standard generation (X-Specu
 
 
 async def ollama_answer(request: Request, chat: bool) -> Response:
-    if opted_out(dict(request.headers)):
+    if opted_out(request.headers):
         return await passed_on(request, "", OPTED_OUT, None)
     body_bytes = await request.body()
     if len(body_bytes) > MAX_BODY_BYTES:
@@ -95,7 +95,7 @@ async def ollama_answer(request: Request, chat: bool) -> Response:
 
 
 async def openai_answer(request: Request, chat: bool) -> Response:
-    if opted_out(dict(request.headers)):
+    if opted_out(request.headers):
         return await passed_on(request, "", OPTED_OUT, None)
     body_bytes = await request.body()
     try:

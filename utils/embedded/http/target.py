@@ -25,7 +25,7 @@ from utils.embedded.runtime.grammar import constraint_for
 from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
 from utils.embedded.runtime.loaded import LoadedModels
 from utils.embedded.runtime.runner import ModelRunner
-from utils.engine.target import Chunk, Drain, ServerError, Step, Token, refusal
+from utils.engine.target import Chunk, Drain, ServerError, Step, Token, parse_version, refusal
 
 URL = "in-process://embedded"  # names this server in the engine's caches
 
@@ -70,7 +70,7 @@ class InProcessTarget:
         return self._about
 
     async def version(self) -> tuple[int, ...]:
-        return tuple(int(part) for part in str(self._about["version"]).split(".")[:3])
+        return parse_version(str(self._about["version"]))
 
     async def is_embedded(self) -> bool:
         return True
