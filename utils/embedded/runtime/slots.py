@@ -55,14 +55,17 @@ def nested_groups(burst: list[Job]) -> list[list[Job]]:
 
 
 def idle_slot(slots: list[Slot], prompt: bytes) -> Slot | None:
-    """The idle slot whose cached text the prompt continues furthest (at least half of that text:
-    reusing a slot that shares only a system prompt would throw away another conversation's
-    cache), else the idle slot used longest ago."""
+    """The idle slot whose cached text the prompt continues furthest, where that is at least half of
+    the cached text (a conversation's next turn) or of the prompt (as llama-server's
+    `--slot-prompt-similarity` 0.5: a question asked again, whose cached text is mostly its earlier
+    answer); else the idle slot used longest ago. A prompt that shares less than half of itself, a
+    system prompt say, with a long conversation goes elsewhere, so that conversation's cache stays."""
     idle = [slot for slot in slots if slot.answer is None]
     if not idle:
         return None
     shared = {slot.seq: common_bytes(prompt, slot.cache.text) for slot in idle}
-    matching = [slot for slot in idle if slot.cache.text and 2 * shared[slot.seq] >= len(slot.cache.text)]
+    matching = [slot for slot in idle if slot.cache.text
+                and 2 * shared[slot.seq] >= min(len(slot.cache.text), len(prompt))]
     if matching:
         return max(matching, key=lambda slot: (shared[slot.seq], -slot.used))
     return min(idle, key=lambda slot: slot.used)
