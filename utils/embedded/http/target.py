@@ -15,6 +15,7 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 from utils.api.http import ApiError
@@ -151,36 +152,37 @@ class InProcessTarget:
 
     async def next_tokens(self, model: str, prompts: list[str], options: list[dict[str, Any]],
                           top_logprobs: int = 0) -> list[Step]:
-        """K+1 one-token jobs, announced as one burst: evaluated together, submitted in order."""
-        parsed = [self._parsed({**each, "num_predict": 1}) for each in options]
-        runner = await self._runner(model, parsed[0])
-        jobs = [self._job(runner, prompt, each.under(runner.parameters), top_logprobs)
-                for prompt, each in zip(prompts, parsed)]
+        """K+1 one-token jobs, announced as one burst: evaluated together, submitted in order. Built
+        with as little Python as will do (it runs on caches the last decode left cold): each option set
+        is read once, and the jobs share one cancellation."""
+        distinct = {id(each): each for each in options}  # a greedy validator sends one dict for every position
+        parsed = {key: self._parsed({**each, "num_predict": 1}) for key, each in distinct.items()}
+        runner = await self._runner(model, parsed[id(options[0])])
+        sampling = {key: each.under(runner.parameters).sampling() for key, each in parsed.items()}
         loop = asyncio.get_running_loop()
         finished: asyncio.Future[None] = loop.create_future()
-        tokens: list[TokenInfo | None] = [None] * len(jobs)
-        ends: list[Completion | RunnerError | None] = [None] * len(jobs)
-        left, lock = [len(jobs)], threading.Lock()
+        tokens: list[TokenInfo | None] = [None] * len(prompts)
+        ends: list[Completion | RunnerError | None] = [None] * len(prompts)
+        left = [len(prompts)]
 
-        def done(index: int, event: Completion | RunnerError) -> None:  # on the worker thread
+        def done(index: int, event: Completion | RunnerError) -> None:  # on the model's one worker thread
             ends[index] = event
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
+            left[0] -= 1
+            if left[0] == 0:
                 loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
 
-        announced = (new_id(), len(jobs))
-        for index, job in enumerate(jobs):
-            job.burst = announced
-            job.on_token = lambda info, index=index: tokens.__setitem__(index, info)
-            job.on_done = lambda event, index=index: done(index, event)
+        announced, cancelled = (new_id(), len(prompts)), threading.Event()
+        # As a raw /api/generate with `truncate: false` (the engine's requests, client.py): a prompt
+        # past the context is refused, never cut; without alternatives asked, no log-probability.
+        jobs = [Job(prompt.encode("utf-8", errors="surrogatepass"), sampling[id(each)], 1, top_logprobs or None,
+                    on_token=partial(tokens.__setitem__, index), on_done=partial(done, index),
+                    cancelled=cancelled, burst=announced, truncate=False)
+                for index, (prompt, each) in enumerate(zip(prompts, options))]
         runner.submit_all(jobs)
         try:
             await finished
         finally:
-            for job in jobs:
-                job.cancelled.set()
+            cancelled.set()
         steps = []
         for info, end in zip(tokens, ends):
             if isinstance(end, RunnerError):

@@ -12,8 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from utils.errors import SpecError
-from utils.sampling import SamplingOptions
+from utils.sampling import SamplingOptions, best_tokens, log_sum_exp
 
 
 class Arrivals:
@@ -52,6 +54,17 @@ class TokenInfo:
     piece: bytes
     logprob: float | None = None
     top: list[tuple[int, bytes, float]] | None = None
+
+
+def token_info(pieces: list[bytes], token: int, logits: np.ndarray, top_logprobs: int | None) -> TokenInfo:
+    """The token's piece; its log-probability and the `top_logprobs` best only when asked."""
+    if top_logprobs is None:
+        return TokenInfo(token, pieces[token])
+    normalizer = log_sum_exp(logits)
+    top: list[tuple[int, bytes, float]] = []
+    if top_logprobs > 0:
+        top = [(t, pieces[t], float(logits[t]) - normalizer) for t in best_tokens(logits, top_logprobs)]
+    return TokenInfo(token, pieces[token], float(logits[token]) - normalizer, top)
 
 
 @dataclass

@@ -33,10 +33,10 @@ import numpy as np
 from utils.embedded.runtime.bursts import gather
 from utils.embedded.runtime.cache import TokenCache, common_prefix
 from utils.embedded.runtime.context import fit_groups
-from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
+from utils.embedded.runtime.jobs import Completion, Job, RunnerError, token_info
 from utils.embedded.runtime.llama_params import Kernels, llama_defaults, token_piece, tokenizer
 from utils.embedded.runtime.slots import Answer, Slot, idle_slot, nested_groups, tokenize_group
-from utils.sampling import best_tokens, log_sum_exp, sample
+from utils.sampling import sample
 
 TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
 
@@ -229,8 +229,11 @@ class ModelRunner:
             rows = self._evaluate(slot, longest, first_row=first, hint=hint, copy=False)
             slot.cache.settle(group[0].walked)
             prompt_ns = time.perf_counter_ns() - started
-            for job in group:
-                self._begin(slot, job, rows[len(job.tokens) - 1 - first], prompt_ns)
+            if all(job.num_predict == 1 and job.options.greedy and job.constraint is None for job in group):
+                self._answer_greedy_steps(slot, group, rows, first, prompt_ns)
+            else:
+                for job in group:
+                    self._begin(slot, job, rows[len(job.tokens) - 1 - first], prompt_ns)
         except RunnerError as error:
             for job in group:
                 job.on_done(error)
@@ -324,6 +327,24 @@ class ModelRunner:
         else:
             self._advance(answer, logits)
 
+    def _answer_greedy_steps(self, slot: Slot, group: list[Job], rows: np.ndarray, first: int,
+                             prompt_ns: int) -> None:
+        """A validator's greedy group, one token each: every row's token in one argmax, and each job
+        answered and ended at once (what `_begin` would do for each, with no answer left in the slot).
+        Python work here is paid per burst, after a decode that has left the CPU's caches cold."""
+        started = time.perf_counter_ns()
+        chosen = rows.argmax(axis=1).tolist()
+        for job in group:
+            row, reason = len(job.tokens) - 1 - first, "cancelled"
+            if not job.cancelled.is_set():
+                token = chosen[row]
+                slot.cache.choose(len(job.tokens), token)
+                reason = "stop" if token in self.end_tokens else "length"
+                if reason == "length":
+                    job.on_token(token_info(self.pieces, token, rows[row], job.top_logprobs))
+            job.on_done(Completion(reason, len(job.tokens), prompt_ns, int(reason == "length"),
+                                   time.perf_counter_ns() - started))
+
     def _step(self) -> None:
         """One token for every answer in progress: their pending tokens evaluated in one llama_decode
         (each in its own sequence), then each answer's next token sampled from its row."""
@@ -356,7 +377,7 @@ class ModelRunner:
         slot.cache.choose(len(job.tokens) + answer.count, token)
         if token in self.end_tokens:
             return self._finish(answer, "stop")
-        job.on_token(self._token_info(token, logits, job.top_logprobs))
+        job.on_token(token_info(self.pieces, token, logits, job.top_logprobs))
         answer.count += 1
         # A full context ends an answer with done_reason "length", as Ollama's does.
         if (answer.count == job.num_predict or job.cancelled.is_set()
@@ -373,13 +394,3 @@ class ModelRunner:
             job.constraint.close()
         job.on_done(error or Completion(reason, len(job.tokens), answer.prompt_ns, answer.count,
                                         time.perf_counter_ns() - answer.started))
-
-    def _token_info(self, token: int, logits: np.ndarray, top_logprobs: int | None) -> TokenInfo:
-        """The token's piece; its log-probability and the `top_logprobs` best only when asked."""
-        if top_logprobs is None:
-            return TokenInfo(token, self.pieces[token])
-        normalizer = log_sum_exp(logits)
-        top: list[tuple[int, bytes, float]] = []
-        if top_logprobs > 0:
-            top = [(t, self.pieces[t], float(logits[t]) - normalizer) for t in best_tokens(logits, top_logprobs)]
-        return TokenInfo(token, self.pieces[token], float(logits[token]) - normalizer, top)
