@@ -27,6 +27,7 @@ from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
 from utils.embedded.runtime.loaded import LoadedModels
 from utils.embedded.runtime.runner import ModelRunner
 from utils.engine.target import Chunk, Drain, ServerError, Step, Token, parse_version, refusal
+from utils.sampling import SamplingOptions
 
 URL = "in-process://embedded"  # names this server in the engine's caches
 
@@ -58,6 +59,7 @@ class InProcessTarget:
         self.app, self.loaded, self._about = app, models, about
         self.described: dict[tuple[str, str], Any] = {}
         self._options: dict[str, Options] = {}  # the engine sends few distinct option sets: parsed once
+        self._samplings: dict[int, tuple[Options, dict[str, object], SamplingOptions]] = {}
         # The runner's own time for the latest burst or stream, and how many evaluations a burst took
         # (its jobs evaluated together report the same one): bench-overhead holds wall time to them.
         self.engine_ns, self.evaluations = 0, 0
@@ -125,8 +127,18 @@ class InProcessTarget:
         if parsed is None:
             if len(self._options) >= 1024:  # sampled verifications send a seed per position
                 self._options.clear()
+                self._samplings.clear()
             parsed = self._options[key] = Options.model_validate(options)
         return parsed
+
+    def _sampling(self, runner: ModelRunner, options: Options) -> SamplingOptions:
+        """How a job samples with `options` under the runner's Modelfile parameters: worked out once
+        per option set and model (the entry holds both, so neither's id can be reused meanwhile)."""
+        found = self._samplings.get(id(options))
+        if found is None or found[0] is not options or found[1] is not runner.parameters:
+            found = self._samplings[id(options)] = (options, runner.parameters,
+                                                     options.under(runner.parameters).sampling())
+        return found[2]
 
     async def _runner(self, model: str, options: Options) -> ModelRunner:
         try:
@@ -158,7 +170,7 @@ class InProcessTarget:
         distinct = {id(each): each for each in options}  # a greedy validator sends one dict for every position
         parsed = {key: self._parsed({**each, "num_predict": 1}) for key, each in distinct.items()}
         runner = await self._runner(model, parsed[id(options[0])])
-        sampling = {key: each.under(runner.parameters).sampling() for key, each in parsed.items()}
+        sampling = {key: self._sampling(runner, each) for key, each in parsed.items()}
         loop = asyncio.get_running_loop()
         finished: asyncio.Future[None] = loop.create_future()
         tokens: list[TokenInfo | None] = [None] * len(prompts)
