@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,3 +131,46 @@ def test_sampled_answers_keep_the_target_distribution(served):
 def expected_prefix(text: str, expected: dict[str, float]) -> list[str]:
     """The first token's text: the longest token of the distribution that the answer begins with."""
     return sorted((token for token in expected if token and text.startswith(token)), key=len, reverse=True)
+
+
+@pytest.fixture(scope="module")
+def served_as_started() -> Iterator[str]:
+    """`cli.py serve` as a user starts it: the suffix drafter for every model, K chosen by the controller."""
+    with EmbeddedServer(speculation=True, args=["--pair", f"{TARGET}=suffix"]) as server:
+        yield server.url
+
+
+def test_a_second_client_gets_its_first_token_while_a_speculated_answer_streams(served_as_started):
+    """A client that asks while another answer is being speculated waits for its own prompt, the
+    decode in flight (a standard token or a burst of K+1 rows: on this CPU about 1 + 0.3 K tokens)
+    and its own first token, which is standard (`_choose_k`): not for rounds of the other answer."""
+    url, options = served_as_started, {"temperature": 0, "num_predict": 8}
+    colours = ["red", "green", "blue", "black"] * 6
+    listing = "\n".join(f"- item {i}: the {colour} box" for i, colour in enumerate(colours))
+    copy = f"<|im_start|>user\nCopy this list exactly:\n{listing}<|im_end|>\n<|im_start|>assistant\n"
+
+    def fresh(n: int) -> str:  # nothing of it is cached: its prompt is evaluated whole, as alone
+        return (f"<|im_start|>system\nRequest {n}.<|im_end|>\n<|im_start|>user\nName three rivers in Europe."
+                "<|im_end|>\n<|im_start|>assistant\n")
+
+    client = ollama.Client(host=url, timeout=600)
+    alone = [ollama.Client(host=url, headers=OFF, timeout=600).generate(
+        model=TARGET, prompt=fresh(n), raw=True, options=options) for n in range(3)]
+    prompt_s = statistics.median(a.prompt_eval_duration for a in alone) / 1e9
+    token_s = statistics.median(a.eval_duration / a.eval_count for a in alone) / 1e9
+    body = {"model": TARGET, "prompt": copy, "raw": True, "stream": True,
+            "options": {"temperature": 0, "num_predict": 200}}
+    with httpx.stream("POST", f"{url}/api/generate", json=body, timeout=600) as response:
+        lines = (json.loads(line) for line in response.iter_lines() if line)
+        for _ in range(40):
+            next(lines)
+        asked = time.perf_counter()
+        stream = client.generate(model=TARGET, prompt=fresh(99), raw=True, stream=True, options=options)
+        next(stream)
+        waited = time.perf_counter() - asked
+        list(stream)
+        rest = list(lines)
+    assert rest and rest[-1]["speculative"]["accepted_tokens"] > 0  # the first answer was speculated, and went on
+    print(f"second client's first token after {waited * 1e3:.0f} ms; its prompt alone {prompt_s * 1e3:.0f} ms, "
+          f"a standard token {token_s * 1e3:.0f} ms: {(waited - prompt_s) / token_s:.1f} tokens more")
+    assert waited <= prompt_s + 5 * token_s, f"waited {waited * 1e3:.0f} ms"

@@ -336,3 +336,22 @@ async def test_the_cost_of_verifying_after_empty_drafts_is_measured_at_the_longe
                                 max_tokens=48)
     await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)
     assert measured and all(k == k_max == 8 for k, k_max in measured), measured
+
+
+async def test_the_first_token_is_not_kept_waiting_for_a_draft(server_url):
+    """Where a draft would be verified from the very start, the first token still comes as standard
+    generation gives it (a round would add the draft's rows to the prompt's evaluation); verification
+    starts from the second. A fixed K is verified from the start, as asked."""
+    listing = "\n".join(f"- item {i}: the {colour} box" for i, colour in enumerate(["red", "green", "blue"] * 4))
+    # It ends where the list it copies begins: prompt lookup has a draft from the very start.
+    copy = (f"<|im_start|>user\nCopy this list exactly:\n{listing}<|im_end|>\n<|im_start|>assistant\n"
+            "- item 0: the red box\n- item 1: the green box\n- item 2: the blue box\n- item 3: the")
+    request = GenerationRequest(prompt=copy, raw=True, max_tokens=24)
+    await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)  # the controller learns the standard speed
+    chosen = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)
+    first = chosen["stats"]["rounds"][0]
+    assert first["k"] == 0 and chosen["pieces"][0][1] == "standard", chosen["stats"]["rounds"]
+    assert chosen["stats"]["accepted_tokens"] > 0  # and the drafts that follow are verified
+    fixed = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", GenerationRequest(prompt=copy, raw=True,
+                                                                                        max_tokens=24, k=4))
+    assert fixed["stats"]["rounds"][0]["k"] == 4 and fixed["pieces"][0][1] != "standard"

@@ -31,7 +31,7 @@ from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats, Fallback, RoundRecord
 from utils.engine.target import Drain, ServerError, Target
 from utils.engine.validator import PromptPrefixValidator, Verdict, choose_method
-from utils.sampling import GREEDY, SamplingOptions
+from utils.sampling import GREEDY
 
 __all__ = ["FORMAT_REASON", "NO_GAIN_REASON", "SpeculativeDecoder", "build_decoder"]
 
@@ -165,7 +165,14 @@ class SpeculativeDecoder:
         output = answer.output
         limit = answer.context_limit
         room = limit - (answer.context_tokens + output.tokens) - 2 if limit and answer.context_tokens else 1 << 30
-        return answer.controller.choose(min(output.remaining - 1, room))
+        k = answer.controller.choose(min(output.remaining - 1, room))
+        if k and output.tokens == 0 and answer.controller.fixed_k is None:
+            # The first token comes as fast as standard generation gives it: a first round would have
+            # it wait for a draft and for K more rows in the prompt's evaluation (on this CPU, K = 7
+            # put 0.3 standard tokens each on a 200 ms prompt). A fixed K is verified from the start.
+            answer.first_token = True
+            return 0
+        return k
 
     async def _standard_segment(self, answer: AnswerState) -> AsyncIterator[Event]:
         """Standard generation of about a segment's tokens (exactly what the target writes).
@@ -176,7 +183,7 @@ class SpeculativeDecoder:
         if answer.drafter is None or self._asks_every_token(answer):
             tokens = output.remaining  # with a free drafter: until a draft pays (`_draft_pays`)
         else:
-            tokens = answer.controller.segment_tokens()
+            tokens = 1 if answer.first_token else answer.controller.segment_tokens()
             if answer.short_segment:
                 doubled = SHORT_SEGMENT_TOKENS << min(max(answer.empty_drafts - 1, 0), 8)
                 tokens = min(doubled, max(tokens, SHORT_SEGMENT_TOKENS))
@@ -186,6 +193,7 @@ class SpeculativeDecoder:
             seed = answer.resume_seed
             request["seed"] = seed if seed is not None else int(answer.rng.integers(0, 2**31 - 1))
         answer.short_segment, answer.resume_seed, answer.proposal = False, None, None  # a proposal is for its context
+        answer.first_token = False
         segment_started = time.perf_counter()
         first_token_at: float | None = None
         count = 0
@@ -234,7 +242,7 @@ class SpeculativeDecoder:
         assert drafter is not None and method is not None
         round_started = time.perf_counter()
         try:
-            options = self._draft_options(answer)
+            options = answer.draft_options()
             proposed, answer.proposal = answer.proposal, None  # what `_draft_pays` found, for this context
             if proposed is None:
                 proposed = await asyncio.wait_for(drafter.propose(answer.context, k, options),
@@ -363,15 +371,6 @@ class SpeculativeDecoder:
         return DoneEvent(answer.output.text, stats)
 
     # -- helpers -------------------------------------------------------------------------------------
-
-    @staticmethod
-    def _draft_options(answer: AnswerState) -> SamplingOptions:
-        """Greedy and sample-match draft the most likely pieces; rejection sampling must draw them."""
-        if answer.plan.method != "rejection":
-            return GREEDY
-        options = answer.plan.sampling
-        return SamplingOptions(options.temperature, options.top_k, options.top_p, options.min_p,
-                               seed=int(answer.rng.integers(0, 2**31 - 1)))
 
     @staticmethod
     def _fall_back(answer: AnswerState, error: Exception) -> FallbackEvent:

@@ -16,6 +16,7 @@ from utils.engine.output import Output
 from utils.engine.planning import Plan
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats
+from utils.sampling import GREEDY, SamplingOptions
 
 RECENT_TOKENS = 16  # the last tokens an answer keeps, to measure what verifying costs (_measure_verification)
 
@@ -36,6 +37,7 @@ class AnswerState:
     context_limit: int | None = None  # the context the target is loaded with, where the server says
     context_tokens: int = 0  # the target's token count for the prompt, as its last answer reported
     short_segment: bool = False  # the last round emitted nothing: generate a few tokens normally
+    first_token: bool = False  # the first segment gives one token, then the controller's K is verified
     after_segment: bool = False  # the last step was a standard segment (its stream closed mid-token)
     empty_drafts: int = 0  # empty drafts in a row
     resume_seed: int | None = None  # sample-match: draw the next standard token with this seed
@@ -66,6 +68,14 @@ class AnswerState:
         if ended or decided > accepted or accepted == len(draft):
             self.controller.observe_confidence(draft.confidence, accepted, decided)
             self.unverified = None
+
+    def draft_options(self) -> SamplingOptions:
+        """Greedy and sample-match draft the most likely pieces; rejection sampling must draw them."""
+        if self.plan.method != "rejection":
+            return GREEDY
+        options = self.plan.sampling
+        return SamplingOptions(options.temperature, options.top_k, options.top_p, options.min_p,
+                               seed=int(self.rng.integers(0, 2**31 - 1)))
 
     def emitted(self, events: list[TextEvent]) -> list[TextEvent]:
         if events and self.stats.time_to_first_token_s is None:
