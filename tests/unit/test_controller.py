@@ -315,3 +315,25 @@ def test_the_closed_streams_token_is_charged_once_when_a_segment_is_left_not_eve
     assert controller.cut(sure) > 0
     assert controller.cut(sure, leaving_segment=True) == 0
     assert controller.cut(surer, leaving_segment=True) == 8
+
+
+def test_an_answer_whose_drafts_miss_trusts_them_less_than_the_bins_do() -> None:
+    """The bins learn from every answer; an answer's own misses scale its pieces' chances down
+    (AnswerState.trust), so a chat among edits stops verifying what other answers copied."""
+    from utils.engine.output import Output
+    from utils.engine.progress import AnswerState
+    from utils.engine.stats import AnswerStats
+
+    controller = measured(k_max=8)
+    controller.record_verification(8, 0.2)  # as above: 50 ms + 18.75 ms a piece
+    answer = AnswerState(request=None, plan=None, prompt="", drafter=None, controller=controller,  # type: ignore[arg-type]
+                         stats=AnswerStats(mode="speculative", target="t"), output=Output([], 64),
+                         rng=None)  # type: ignore[arg-type]
+    sure = [0.95] * 8  # bin 0.9-1.0: 0.95 a piece, as nothing was verified yet
+    assert answer.trust() == 1.0 and controller.cut(sure, trust=answer.trust()) == 7
+    for _ in range(3):  # three drafts whose first piece, expected at 0.95, did not survive
+        answer.tally(sure, accepted=0, decided=1)
+    assert answer.trust() == pytest.approx(2 / 4.85)  # (0 + 2) / (2.85 + 2)
+    assert controller.cut(sure, trust=answer.trust()) == 0  # 0.39 a piece: no length pays
+    answer.tally(sure, accepted=8, decided=8)  # then a copy: 8 survived where 7.6 were expected
+    assert answer.trust() == pytest.approx(10 / 12.45) and controller.cut(sure, trust=answer.trust()) == 2

@@ -127,18 +127,20 @@ class DraftLengthController:
         pays = self.speculative_rate(best) > MARGIN / self.standard_seconds_per_token
         return best if pays or self.probing() else 0
 
-    def cut(self, confidence: list[float], leaving_segment: bool = False) -> int:
+    def cut(self, confidence: list[float], leaving_segment: bool = False, trust: float = 1.0) -> int:
         """How many pieces of a draft with these confidences to verify: the length with the best
         expected tokens per second, each piece surviving as often as pieces as confident did here; 0
         where no length beats standard generation. All of them with a fixed K or before the standard
         speed is known. `leaving_segment`: the round would end a standard segment, and wait for the
-        closed stream's token too."""
+        closed stream's token too. `trust`: what this answer's own drafts proved worth against what
+        was expected of them (AnswerState.trust), which scales each piece's chance: the bins learn
+        from every answer, and a chat after many edits would be verified as if it copied too."""
         if self.fixed_k is not None or self.standard_seconds_per_token is None:
             return len(confidence)
         wait = self.standard_seconds_per_token if leaving_segment else 0.0
         expected, reach, best, best_rate = 1.0, 1.0, 0, 0.0
         for length, value in enumerate(confidence, 1):
-            reach *= self.by_confidence[_bin(value)]
+            reach *= min(self.by_confidence[_bin(value)] * trust, 1.0)
             expected += reach
             rate = expected / max(self.round_seconds(length) + wait, 1e-6)
             if rate > best_rate:
@@ -218,6 +220,10 @@ class DraftLengthController:
         if drafted < k and drafted < len(self.acceptance):
             # The drafter stopped early (p_min): the positions after it would likely fail too.
             self.acceptance[drafted] = _blend(self.acceptance[drafted], 0.0)
+
+    def predicted(self, confidence: list[float], decided: int) -> float:
+        """How many of the first `decided` pieces of a draft were expected to survive, as it stands now."""
+        return sum(self.by_confidence[_bin(value)] for value in confidence[:decided])
 
     def observe_confidence(self, confidence: list[float], accepted: int, decided: int) -> None:
         """What the first `decided` pieces of a draft turned out to be (the first `accepted` accepted,

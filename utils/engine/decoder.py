@@ -249,7 +249,8 @@ class SpeculativeDecoder:
                                                   self.config.draft_timeout)
             proposed = proposed.head(k)
             # A probe is verified whole: that is how the controller learns what its drafts are worth.
-            keep = controller.cut(proposed.confidence) if len(proposed.confidence) == len(proposed) else len(proposed)
+            confident = len(proposed.confidence) == len(proposed)
+            keep = controller.cut(proposed.confidence, trust=answer.trust()) if confident else len(proposed)
             draft = proposed.head(len(proposed) if controller.probing() else keep)
             drafted_at = time.perf_counter()
             seen = answer.drafter_saw if answer.drafter_saw is not None else -answer.stats.prompt_tokens
@@ -274,6 +275,8 @@ class SpeculativeDecoder:
             return
         verified_at = time.perf_counter()
         drafter.update(draft, verdict.accepted)
+        if len(draft.confidence) == len(draft):
+            answer.tally(draft.confidence, verdict.accepted, min(verdict.accepted + 1, len(draft)))
         controller.record_round(k, len(draft), verdict.accepted, drafted_at - round_started, verified_at - drafted_at,
                                 unseen, draft.confidence, after_segment=answer.after_segment)
         answer.after_segment = False
@@ -310,7 +313,7 @@ class SpeculativeDecoder:
         draft = await answer.drafter.propose(answer.context, controller.k_max, GREEDY)
         if not draft.pieces or len(draft.confidence) != len(draft):
             return False
-        if controller.cut(draft.confidence, leaving_segment=not self.target.drains) > 0:
+        if controller.cut(draft.confidence, leaving_segment=not self.target.drains, trust=answer.trust()) > 0:
             answer.proposal = draft
             return True
         if answer.unverified is None:

@@ -19,6 +19,9 @@ from utils.engine.stats import AnswerStats
 from utils.sampling import GREEDY, SamplingOptions
 
 RECENT_TOKENS = 16  # the last tokens an answer keeps, to measure what verifying costs (_measure_verification)
+# An answer's trust in its drafts starts as if this many pieces had survived as expected: two misses
+# that were each expected at 0.5 halve it (a chat's first two drafts from other answers' copies).
+TRUST_PRIOR = 2.0
 
 
 @dataclass
@@ -44,6 +47,8 @@ class AnswerState:
     drafter_saw: int | None = None  # output tokens in the drafter's last context (None: it saw nothing yet)
     unverified: tuple[int, Draft] | None = None  # a draft not worth verifying, and where it was proposed
     proposal: Draft | None = None  # a free drafter's draft for the context as it is, to verify next
+    expected_survivals: float = 0.0  # of this answer's decided draft pieces, what the controller expected ...
+    survivals: int = 0  # ... and how many survived, verified or held against the target's text
     # The texts of the last tokens of standard segments.
     recent: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_TOKENS))
 
@@ -66,8 +71,21 @@ class AnswerState:
         at, draft = self.unverified
         accepted, decided = draft.graded(self.output.generated[at:])
         if ended or decided > accepted or accepted == len(draft):
+            self.tally(draft.confidence, accepted, decided)
             self.controller.observe_confidence(draft.confidence, accepted, decided)
             self.unverified = None
+
+    def tally(self, confidence: list[float], accepted: int, decided: int) -> None:
+        """What the first `decided` pieces of a draft turned out to be (`accepted` of them survived),
+        for `trust`; before the controller learns from them."""
+        self.expected_survivals += self.controller.predicted(confidence, decided)
+        self.survivals += accepted
+
+    def trust(self) -> float:
+        """This answer's drafts' survivals over what was expected of them, from TRUST_PRIOR pieces
+        that met it: below 1 where the prompt copies less than the answers the controller learned
+        from, above where it copies more."""
+        return (self.survivals + TRUST_PRIOR) / (self.expected_survivals + TRUST_PRIOR)
 
     def draft_options(self) -> SamplingOptions:
         """Greedy and sample-match draft the most likely pieces; rejection sampling must draw them."""
