@@ -16,8 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from utils.api.http import ApiError
+from utils.embedded.runtime.batch import COMPUTE  # one OpenMP team for every llama.cpp evaluation
 from utils.embedded.runtime.llama_params import set_batch_invariance
-from utils.embedded.runtime.runner import _COMPUTE  # one OpenMP team for every llama.cpp evaluation
 
 CAUSAL_MICRO_BATCH = 512
 
@@ -88,8 +88,8 @@ class Embedder:
             return np.ctypeslib.as_array(pointer, shape=(self.size,)).astype(np.float32)
 
     async def compute(self, tokens: list[int]) -> np.ndarray:
-        """`vector` on the one thread that runs every llama.cpp evaluation (runner.py's _COMPUTE)."""
-        return await asyncio.wrap_future(_COMPUTE.submit(self.vector, tokens))
+        """`vector` on the one thread that runs every llama.cpp evaluation (batch.py's COMPUTE)."""
+        return await asyncio.wrap_future(COMPUTE.submit(self.vector, tokens))
 
     def close(self) -> None:
         with self.lock:

@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 # On a CUDA build, loading llama.cpp's libraries after numpy's made every model load segfault (seen
@@ -30,6 +29,7 @@ from llama_cpp import Llama, llama_cpp
 # isort: split
 import numpy as np
 
+from utils.embedded.runtime.batch import Batch
 from utils.embedded.runtime.bursts import gather
 from utils.embedded.runtime.cache import TokenCache, common_prefix
 from utils.embedded.runtime.context import fit_groups
@@ -39,13 +39,6 @@ from utils.embedded.runtime.slots import Answer, Slot, idle_slot, nested_groups,
 from utils.sampling import sample
 
 TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
-
-# llama.cpp computes with OpenMP, and libgomp keeps a team of threads for each thread that calls it.
-# With a team per loaded model there are more OpenMP threads than cores, and libgomp then stops
-# spinning between steps: the target decoded about 15% slower once a draft model was loaded beside
-# it. Every model's evaluations run on this one thread instead, so there is one team in all.
-_COMPUTE = ThreadPoolExecutor(max_workers=1, thread_name_prefix="llama.cpp")
-
 
 class ModelRunner:
     """A loaded model, its KV cache and the thread that owns both."""
@@ -82,31 +75,11 @@ class ModelRunner:
         # Rows whose logits are read go in batches of at most this many: any number with the patched
         # llama.cpp, 7 without it (Kernels).
         self.exact_rows = self.kernels.exact_rows or self.llama.n_batch
-        self.decodes = 0  # llama_decode calls so far
         self.expected_burst = 1  # jobs in the last burst of one-token requests
-        self._batch_views()
+        self.rows = Batch(self.llama, self.kernels, self.vocab_size)
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.thread = threading.Thread(target=self._serve, name=f"model {name}", daemon=True)
         self.thread.start()
-
-    def _batch_views(self) -> None:
-        """numpy views of llama.cpp's batch arrays: filling a batch is then a few array copies."""
-        batch = self.llama._batch.batch
-        size = self.llama.n_batch
-        self._batch_tokens = np.ctypeslib.as_array(batch.token, shape=(size,))
-        self._batch_positions = np.ctypeslib.as_array(batch.pos, shape=(size,))
-        self._batch_logits = np.ctypeslib.as_array(batch.logits, shape=(size,))
-        np.ctypeslib.as_array(batch.n_seq_id, shape=(size,))[:] = 1
-        self._batch_seqs = [-1] * size  # the sequence id each batch row holds now
-        self._set_seqs([0] * size)
-
-    def _set_seqs(self, seqs: list[int]) -> None:
-        """Put batch row i in sequence seqs[i] (a ctypes write only where it changes)."""
-        seq_id = self.llama._batch.batch.seq_id
-        for i, seq in enumerate(seqs):
-            if self._batch_seqs[i] != seq:
-                seq_id[i][0] = seq
-                self._batch_seqs[i] = seq
 
     @property
     def vram_bytes(self) -> int:
@@ -267,7 +240,7 @@ class ModelRunner:
         for start in range(0, len(tokens), size):
             chunk = tokens[start : start + size]
             count, past = len(chunk), len(slot.cache.tokens)
-            chunk_rows = self._run_batch(chunk, np.arange(past, past + count, dtype=np.int32), [slot.seq] * count, rows)
+            chunk_rows = self.rows.run(chunk, np.arange(past, past + count, dtype=np.int32), [slot.seq] * count, rows)
             slot.cache.extend(chunk)
             if rows:
                 last = start + size >= len(tokens)  # the next decode would overwrite a view
@@ -286,35 +259,12 @@ class ModelRunner:
         outputs = []
         for start in range(0, len(items), self.exact_rows):
             chunk = items[start : start + self.exact_rows]
-            chunk_rows = self._run_batch([token for _, token in chunk], [len(slot.cache.tokens) for slot, _ in chunk],
+            chunk_rows = self.rows.run([token for _, token in chunk], [len(slot.cache.tokens) for slot, _ in chunk],
                                          [slot.seq for slot, _ in chunk], rows=True)
             for slot, token in chunk:
                 slot.cache.extend([token])
             outputs.append(chunk_rows.copy())
         return np.concatenate(outputs)
-
-    def _run_batch(self, tokens: list[int], positions: np.ndarray | list[int], seqs: list[int],
-                   rows: bool) -> np.ndarray:
-        """One llama_decode of batch row i = (tokens[i] at positions[i] in sequence seqs[i]); with
-        `rows`, every row's logits (a view of llama.cpp's buffer, valid until the next decode)."""
-        count = len(tokens)
-        self._batch_tokens[:count] = tokens
-        self._batch_positions[:count] = positions
-        self._set_seqs(seqs)
-        self._batch_logits[:count] = rows
-        self._batch_logits[count - 1] = 1  # llama.cpp always gives the last token's logits
-        self.llama._batch.batch.n_tokens = count
-        _COMPUTE.submit(self._llama_decode).result()
-        self.decodes += 1
-        if not rows:
-            return np.empty((0, self.vocab_size), dtype=np.float32)
-        flat = np.ctypeslib.as_array(self.llama._ctx.get_logits(), shape=(count * self.vocab_size,))
-        return flat.reshape(count, self.vocab_size)
-
-    def _llama_decode(self) -> None:
-        """On the compute thread: the batch, each row computed as it would be alone (Kernels)."""
-        self.kernels.apply()
-        self.llama._ctx.decode(self.llama._batch)
 
     # -- generation -------------------------------------------------------------------------------
 
