@@ -240,6 +240,34 @@ def test_answers_in_progress_advance_together_each_as_it_would_alone():
         assert runner.rows.decodes - before < one_by_one * 3 // 4
 
 
+def test_an_answer_in_progress_rides_in_another_slots_burst_and_both_stay_exact():
+    """A validator burst's decode also evaluates the next token of each answer in progress (`_riders`),
+    so a speculating client does not cost the others a decode per round; every row is computed as
+    it is alone, so the long answer and the burst's tokens are exactly what they are alone."""
+    import threading
+
+    from utils.embedded.runtime.jobs import Job
+    from utils.sampling import SamplingOptions
+
+    with direct_runner(MODEL, parallel=2) as runner:
+        long_prompt, context = PROMPTS[1].encode(), PROMPTS[0].encode()
+        [(alone, _)] = run_jobs(runner, [long_prompt], 4 * NUM_PREDICT, together=False)
+        [(drafts, _)] = run_jobs(runner, [context], 4, together=False)
+        prompts = [context + b"".join(runner.pieces[t] for t in drafts[:i]) for i in range(5)]
+        burst_alone = [made for made, _ in run_jobs(runner, prompts, 1, together=True)]
+        rides, decode_with = [], runner._decode_with
+        runner._decode_with = lambda *args: rides.append(len(args[2])) or decode_with(*args)
+        made, finished = [], threading.Event()
+        runner.submit(Job(long_prompt, SamplingOptions(temperature=0.0), 4 * NUM_PREDICT, None,
+                          on_token=lambda info: made.append(info.token), on_done=lambda _: finished.set()))
+        bursts = []
+        while not finished.is_set():
+            if len(made) > 2:
+                bursts.append([made for made, _ in run_jobs(runner, prompts, 1, together=True)])
+        assert made == alone and bursts and all(burst == burst_alone for burst in bursts)
+        assert rides and set(rides) == {1}, rides  # the long answer's token went into burst decodes
+
+
 def test_a_failure_between_tokens_ends_the_answers_with_an_error_and_the_worker_goes_on():
     """A llama.cpp failure while answers are in progress is each answer's error, not the worker's end."""
     from utils.embedded.runtime.jobs import RunnerError

@@ -187,6 +187,9 @@ class ModelRunner:
                     job.constraint.close()
 
     def _run_jobs(self, slot: Slot, group: list[Job]) -> None:
+        """Evaluate a group's prompts and answer each from its row; the answers in progress in other
+        slots ride along in the group's last decode where they fit (`_riders`), a token each."""
+        riders, rode = [], np.empty((0, self.vocab_size), dtype=np.float32)
         try:
             longest = group[-1].tokens
             if not group[0].tokens:
@@ -199,7 +202,9 @@ class ModelRunner:
             started = time.perf_counter_ns()
             first = len(group[0].tokens) - 1
             hint = group[0].reuse if group[0].version == slot.cache.version else 0
-            rows = self._evaluate(slot, longest, first_row=first, hint=hint, copy=False)
+            riders = self._riders(len(longest) - first)
+            rows = self._evaluate(slot, longest, first_row=first, hint=hint, copy=False, riders=riders)
+            rows, rode = rows[: len(longest) - first], rows[len(longest) - first :]
             slot.cache.settle(group[0].walked)
             prompt_ns = time.perf_counter_ns() - started
             if all(job.num_predict == 1 and job.options.greedy and job.constraint is None for job in group):
@@ -213,16 +218,26 @@ class ModelRunner:
         except Exception as error:  # noqa: BLE001 - a crash here must not kill the worker
             for job in group:
                 job.on_done(RunnerError(f"llama.cpp failed: {error}", 500))
+        if len(rode):  # their tokens were evaluated: they are advanced whatever became of the group
+            self._advance_all(riders, rode)
+
+    def _riders(self, count: int) -> list[Answer]:
+        """The answers in progress, if their next tokens fit beside `count` rows of another slot in
+        one decode of at most `exact_rows` (each row computed as it is alone): a validator burst, or
+        a new prompt's last token, then costs the others no decode of their own."""
+        riders = [answer for answer in self.answers if not answer.job.cancelled.is_set()]
+        return riders if count + len(riders) <= self.exact_rows else []
 
     def _evaluate(self, slot: Slot, tokens: list[int], first_row: int, hint: int = 0,
-                  copy: bool = True) -> np.ndarray:
+                  copy: bool = True, riders: list[Answer] | None = None) -> np.ndarray:
         """Bring the slot's sequence to `tokens` and return the logits of positions first_row..end.
 
         The tokens before first_row that are not cached yet are evaluated first (their logits are
         not needed), then the rows first_row..end in one llama_decode (a validator burst: the
         context's last token and the K drafts together), or in several of at most `exact_rows`.
         `hint`: leading tokens known to equal the cache. Without `copy` the rows may be a view of
-        llama.cpp's buffer, valid until the next decode.
+        llama.cpp's buffer, valid until the next decode. `riders` (`_riders`) go into the last decode,
+        their rows after the slot's.
         """
         cache = slot.cache
         keep = common_prefix(cache.tokens, tokens, first_row, hint)
@@ -231,7 +246,21 @@ class ModelRunner:
         cache.truncate(keep)
         if keep < first_row:
             self._decode(slot, tokens[keep:first_row], rows=False)
+        if riders:
+            return self._decode_with(slot, tokens[first_row:], riders, copy)
         return self._decode(slot, tokens[first_row:], rows=True, copy=copy)
+
+    def _decode_with(self, slot: Slot, tokens: list[int], riders: list[Answer], copy: bool) -> np.ndarray:
+        """`tokens` after the slot's cache and each rider's next token after its own, in one decode:
+        the logits of every row, the slot's first."""
+        past = len(slot.cache.tokens)
+        block = self.rows.run(tokens + [answer.next for answer in riders],
+                              [*range(past, past + len(tokens)), *(len(answer.slot.cache.tokens) for answer in riders)],
+                              [slot.seq] * len(tokens) + [answer.slot.seq for answer in riders], rows=True)
+        slot.cache.extend(tokens)
+        for answer in riders:
+            answer.slot.cache.extend([answer.next])
+        return block.copy() if copy else block
 
     def _decode(self, slot: Slot, tokens: list[int], rows: bool, copy: bool = True) -> np.ndarray:
         """Evaluate `tokens` after the slot's cache; with `rows`, return the logits of each (else of none)."""
@@ -304,11 +333,22 @@ class ModelRunner:
             return
         try:
             rows = self._decode_across([(answer.slot, answer.next) for answer in answers])
+        except Exception as error:  # noqa: BLE001 - a crash here must not kill the worker
+            rows = self._fail(answers, error)
+        self._advance_all(answers, rows)
+
+    def _advance_all(self, answers: list[Answer], rows: np.ndarray) -> None:
+        """Each answer's next token from its row (the answers that a failure ended are skipped)."""
+        try:
             for answer, logits in zip(answers, rows):
                 self._advance(answer, logits)
         except Exception as error:  # noqa: BLE001 - a crash here must not kill the worker
-            for answer in self.answers:
-                self._finish(answer, "error", RunnerError(f"llama.cpp failed: {error}", 500))
+            self._fail(self.answers, error)
+
+    def _fail(self, answers: list[Answer], error: Exception) -> np.ndarray:
+        for answer in answers:
+            self._finish(answer, "error", RunnerError(f"llama.cpp failed: {error}", 500))
+        return np.empty((0, self.vocab_size), dtype=np.float32)
 
     def _end_abandoned(self) -> None:
         """End the answers whose client has left: their slots become idle."""
