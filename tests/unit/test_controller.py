@@ -337,3 +337,17 @@ def test_an_answer_whose_drafts_miss_trusts_them_less_than_the_bins_do() -> None
     assert controller.cut(sure, trust=answer.trust()) == 0  # 0.39 a piece: no length pays
     answer.tally(sure, accepted=8, decided=8)  # then a copy: 8 survived where 7.6 were expected
     assert answer.trust() == pytest.approx(10 / 12.45) and controller.cut(sure, trust=answer.trust()) == 2
+
+
+def test_each_source_of_drafts_has_its_own_bins() -> None:
+    """Pieces as confident survive as often as their own source's did (the suffix drafter's earlier
+    answers against the answer's own text); an unnamed source keeps `by_confidence`."""
+    controller = measured(k_max=8)
+    controller.record_verification(8, 0.2)
+    for _ in range(6):  # the shared tree's confident pieces keep failing at once
+        controller.record_round(8, 8, 0, 0.0, 0.2, confidence=[0.95] * 8, source="shared")
+    assert controller.bins("shared")[9] < 0.3
+    assert controller.bins("answer")[9] == controller.by_confidence[9] == pytest.approx(0.95)
+    assert controller.cut([0.95] * 8, source="shared") == 0
+    assert controller.cut([0.95] * 8, source="answer") == controller.cut([0.95] * 8) == 7
+    assert controller.predicted([0.95] * 2, 2, "shared") < controller.predicted([0.95] * 2, 2, "answer")

@@ -232,3 +232,11 @@ async def test_a_character_that_is_no_piece_keeps_the_tree_in_step_with_the_text
     suffix.tokens(" K L M")
     assert await draft(suffix, "P A é B C D X A é B C") == [" D", " X", " A"]
     assert suffix.open[-1].text == "P A é B C D X A é B C"
+
+
+async def test_a_draft_says_which_tree_it_came_from() -> None:
+    """The controller calibrates the two trees' confidences apart (Draft.source)."""
+    assert (await drafter().propose("P A B C D E X A B C", 8, GREEDY)).source == "answer"
+    drafter().finish("Z A B", " K L M N O")
+    assert (await drafter().propose("Z Y K L M", 8, GREEDY)).source == "shared"
+    assert (await drafter().propose("Z Y K L M", 8, GREEDY)).head(1).source == "shared"

@@ -250,7 +250,8 @@ class SpeculativeDecoder:
             proposed = proposed.head(k)
             # A probe is verified whole: that is how the controller learns what its drafts are worth.
             confident = len(proposed.confidence) == len(proposed)
-            keep = controller.cut(proposed.confidence, trust=answer.trust()) if confident else len(proposed)
+            keep = (controller.cut(proposed.confidence, trust=answer.trust(), source=proposed.source) if confident
+                    else len(proposed))
             draft = proposed.head(len(proposed) if controller.probing() else keep)
             drafted_at = time.perf_counter()
             seen = answer.drafter_saw if answer.drafter_saw is not None else -answer.stats.prompt_tokens
@@ -276,9 +277,9 @@ class SpeculativeDecoder:
         verified_at = time.perf_counter()
         drafter.update(draft, verdict.accepted)
         if len(draft.confidence) == len(draft):
-            answer.tally(draft.confidence, verdict.accepted, min(verdict.accepted + 1, len(draft)))
+            answer.tally(draft.confidence, verdict.accepted, min(verdict.accepted + 1, len(draft)), draft.source)
         controller.record_round(k, len(draft), verdict.accepted, drafted_at - round_started, verified_at - drafted_at,
-                                unseen, draft.confidence, after_segment=answer.after_segment)
+                                unseen, draft.confidence, after_segment=answer.after_segment, source=draft.source)
         answer.after_segment = False
         answer.context_tokens = verdict.prompt_tokens - answer.output.tokens
         answer.note_prompt_tokens(answer.context_tokens)
@@ -313,7 +314,7 @@ class SpeculativeDecoder:
         draft = await answer.drafter.propose(answer.context, controller.k_max, GREEDY)
         if not draft.pieces or len(draft.confidence) != len(draft):
             return False
-        if controller.cut(draft.confidence, leaving_segment=not self.target.drains, trust=answer.trust()) > 0:
+        if controller.cut(draft.confidence, not self.target.drains, answer.trust(), draft.source) > 0:
             answer.proposal = draft
             return True
         if answer.unverified is None:

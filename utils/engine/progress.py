@@ -71,14 +71,14 @@ class AnswerState:
         at, draft = self.unverified
         accepted, decided = draft.graded(self.output.generated[at:])
         if ended or decided > accepted or accepted == len(draft):
-            self.tally(draft.confidence, accepted, decided)
-            self.controller.observe_confidence(draft.confidence, accepted, decided)
+            self.tally(draft.confidence, accepted, decided, draft.source)
+            self.controller.observe_confidence(draft.confidence, accepted, decided, draft.source)
             self.unverified = None
 
-    def tally(self, confidence: list[float], accepted: int, decided: int) -> None:
+    def tally(self, confidence: list[float], accepted: int, decided: int, source: str = "") -> None:
         """What the first `decided` pieces of a draft turned out to be (`accepted` of them survived),
         for `trust`; before the controller learns from them."""
-        self.expected_survivals += self.controller.predicted(confidence, decided)
+        self.expected_survivals += self.controller.predicted(confidence, decided, source)
         self.survivals += accepted
 
     def trust(self) -> float:

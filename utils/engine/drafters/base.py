@@ -29,13 +29,16 @@ class Draft:
     # draft model's probability, a suffix tree's count ratio); the controller learns how far to trust
     # it (controller.py `cut`). Empty: the drafter has no estimate, and only the position counts.
     confidence: list[float] = field(default_factory=list)
+    # Where a drafter with several sources found it (the suffix drafter: "answer" for this answer's own
+    # tree, "shared" for earlier answers'): the controller calibrates each source's confidences apart.
+    source: str = ""
 
     def __len__(self) -> int:
         return len(self.pieces)
 
     def head(self, length: int) -> Draft:
         """The first `length` pieces, with what goes with them."""
-        return Draft(self.pieces[:length], self.top_logprobs[:length], self.confidence[:length])
+        return Draft(self.pieces[:length], self.top_logprobs[:length], self.confidence[:length], self.source)
 
     def graded(self, text: str) -> tuple[int, int]:
         """Held against `text`, what the target wrote after it was proposed: (accepted, decided), the

@@ -165,7 +165,7 @@ class SuffixDrafter(Drafter):
         # this answer's own tree, wins a tie.
         tail = context[len(answer.text):]
         own, shared, start = answer.active, answer.shared, 0
-        best, best_rest = Proposal(), ""
+        best, best_rest, best_source = Proposal(), "", ""
         pieces = self.tokens(tail)
         for point in range(len(pieces) + 1):
             if point:
@@ -173,11 +173,13 @@ class SuffixDrafter(Drafter):
                 start += len(self._text(token))
                 own, shared = answer.tree.follow(own, token), store.tree.follow(shared, token)
             rest = tail[start:]
-            for tree, active in ((store.tree, shared), (answer.tree, own)):
+            for tree, active, source in ((store.tree, shared, "shared"), (answer.tree, own, "answer")):
                 proposal = self._continue(tree, active, rest, k)
                 if proposal.tokens and proposal.score >= best.score:
-                    best, best_rest = proposal, rest
-        return self._cut(best, best_rest, k)
+                    best, best_rest, best_source = proposal, rest, source
+        draft = self._cut(best, best_rest, k)
+        draft.source = best_source
+        return draft
 
     def _continue(self, tree: SuffixTree, active: list[int], rest: str, k: int) -> Proposal:
         """The tree's continuation from `active` if its text begins with `rest`, scored by the pieces
