@@ -212,9 +212,9 @@ def test_a_validator_burst_is_one_llama_decode(k):
         pieces = [runner.pieces[t] for t in drafts]
         prompts = [context + b"".join(pieces[:i]) for i in range(k + 1)]
         run_jobs(runner, [context], 1, together=False)  # the cache holds the context again
-        before = runner.rows.decodes
+        before = runner.llama_batch.decodes
         together = run_jobs(runner, prompts, 1, together=True)
-        assert runner.rows.decodes - before == 1
+        assert runner.llama_batch.decodes - before == 1
         assert [made for made, _ in together[:-1]] == [[t] for t in drafts]  # greedy follows its own path
         counts = [done.prompt_eval_count for _, done in together]
         assert counts == list(range(counts[0], counts[0] + k + 1))
@@ -229,15 +229,15 @@ def test_answers_in_progress_advance_together_each_as_it_would_alone():
     and the worker needed fewer decodes than running them one after another."""
     with direct_runner(MODEL, parallel=3) as runner:
         prompts = [prompt.encode() for prompt in PROMPTS]
-        before = runner.rows.decodes
+        before = runner.llama_batch.decodes
         alone = [run_jobs(runner, [prompt], NUM_PREDICT, together=False)[0] for prompt in prompts]
-        one_by_one = runner.rows.decodes - before
+        one_by_one = runner.llama_batch.decodes - before
         run_jobs(runner, [b"~"] * 3, 1, together=False)  # evaluate the prompts again below
-        before = runner.rows.decodes
+        before = runner.llama_batch.decodes
         together = run_jobs(runner, prompts, NUM_PREDICT, together=True)
         assert [made for made, _ in together] == [made for made, _ in alone]
         assert sorted(len(made) for made, _ in together)[-2] == NUM_PREDICT  # two long answers at least
-        assert runner.rows.decodes - before < one_by_one * 3 // 4
+        assert runner.llama_batch.decodes - before < one_by_one * 3 // 4
 
 
 def test_an_answer_in_progress_rides_in_another_slots_burst_and_both_stay_exact():

@@ -84,7 +84,7 @@ class DraftLengthController:
     # with several sources (Draft.source) has bins per source: at the same confidence, the suffix
     # drafter's pieces from earlier answers survived about half as often as those from the answer's
     # own text (0.31 against 0.60 in bin 0.3, 0.19 against 0.31 in bin 0.2: 24 single prompts here).
-    by_confidence: list[float] = field(default_factory=lambda: _prior_bins())
+    by_confidence: list[float] = field(default_factory=_prior_bins)
     by_source: dict[str, list[float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -167,9 +167,8 @@ class SpeculativeDecoder:
         room = limit - (answer.context_tokens + output.tokens) - 2 if limit and answer.context_tokens else 1 << 30
         k = answer.controller.choose(min(output.remaining - 1, room))
         if k and output.tokens == 0 and answer.controller.fixed_k is None:
-            # The first token comes as fast as standard generation gives it: a first round would have
-            # it wait for a draft and for K more rows in the prompt's evaluation (on this CPU, K = 7
-            # put 0.3 standard tokens each on a 200 ms prompt). A fixed K is verified from the start.
+            # The first token as fast as standard generation: a round would add a draft and K rows to the
+            # prompt's evaluation (0.3 standard tokens each here). A fixed K is verified from the start.
             answer.first_token = True
             return 0
         return k
@@ -314,7 +313,8 @@ class SpeculativeDecoder:
         draft = await answer.drafter.propose(answer.context, controller.k_max, GREEDY)
         if not draft.pieces or len(draft.confidence) != len(draft):
             return False
-        if controller.cut(draft.confidence, not self.target.drains, answer.trust(), draft.source) > 0:
+        if controller.cut(draft.confidence, leaving_segment=not self.target.drains, trust=answer.trust(),
+                          source=draft.source) > 0:
             answer.proposal = draft
             return True
         if answer.unverified is None:

@@ -20,7 +20,7 @@ from utils.sampling import GREEDY, SamplingOptions
 
 RECENT_TOKENS = 16  # the last tokens an answer keeps, to measure what verifying costs (_measure_verification)
 # An answer's trust in its drafts starts as if this many pieces had survived as expected: two misses
-# that were each expected at 0.5 halve it (a chat's first two drafts from other answers' copies).
+# that were each expected at 0.95 about halve it (a chat's first two drafts from other answers' copies).
 TRUST_PRIOR = 2.0
 
 

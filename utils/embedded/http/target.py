@@ -148,14 +148,17 @@ class InProcessTarget:
         return runner
 
     @staticmethod
-    def _job(runner: ModelRunner, prompt: str, options: Options, top_logprobs: int, format: Any = None) -> Job:
+    def _job(runner: ModelRunner, prompt: str, sampling: SamplingOptions, num_predict: int, top_logprobs: int,
+             format: Any = None, **fields: Any) -> Job:
         # As a raw /api/generate with `truncate: false` (the engine's requests, client.py): a prompt
         # past the context is refused, never cut. Without alternatives asked, no log-probability is
         # computed (a pass over the whole vocabulary per token, which the engine does not read then).
-        job = Job(prompt=prompt.encode("utf-8", errors="surrogatepass"), options=options.sampling(),
-                  num_predict=options.num_predict if options.num_predict >= 0 else 1 << 30,
-                  top_logprobs=top_logprobs or None, on_token=_unset, on_done=_unset, truncate=False)
-        job.constraint = constraint_for(runner, format)
+        # `fields`: the rest of the Job (its callbacks; a burst's id and shared cancellation).
+        job = Job(prompt.encode("utf-8", errors="surrogatepass"), sampling,
+                  num_predict if num_predict >= 0 else 1 << 30, top_logprobs or None,
+                  **{"on_token": _unset, "on_done": _unset, "truncate": False, **fields})
+        if format is not None:
+            job.constraint = constraint_for(runner, format)
         return job
 
     async def next_token(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
@@ -184,11 +187,8 @@ class InProcessTarget:
                 loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
 
         announced, cancelled = (new_id(), len(prompts)), threading.Event()
-        # As a raw /api/generate with `truncate: false` (the engine's requests, client.py): a prompt
-        # past the context is refused, never cut; without alternatives asked, no log-probability.
-        jobs = [Job(prompt.encode("utf-8", errors="surrogatepass"), sampling[id(each)], 1, top_logprobs or None,
-                    on_token=partial(tokens.__setitem__, index), on_done=partial(done, index),
-                    cancelled=cancelled, burst=announced, truncate=False)
+        jobs = [self._job(runner, prompt, sampling[id(each)], 1, top_logprobs, cancelled=cancelled, burst=announced,
+                          on_token=partial(tokens.__setitem__, index), on_done=partial(done, index))
                 for index, (prompt, each) in enumerate(zip(prompts, options))]
         runner.submit_all(jobs)
         try:
@@ -216,7 +216,7 @@ class InProcessTarget:
         model itself ended the text."""
         runner = await self._runner(model, parsed := self._parsed(options))
         parsed = parsed.under(runner.parameters)
-        job = self._job(runner, prompt, parsed, top_logprobs, format)
+        job = self._job(runner, prompt, self._sampling(runner, parsed), parsed.num_predict, top_logprobs, format)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[TokenInfo | Completion | RunnerError] = asyncio.Queue()
         job.on_token = job.on_done = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)

@@ -76,7 +76,7 @@ class ModelRunner:
         # llama.cpp, 7 without it (Kernels).
         self.exact_rows = self.kernels.exact_rows or self.llama.n_batch
         self.expected_burst = 1  # jobs in the last burst of one-token requests
-        self.rows = Batch(self.llama, self.kernels, self.vocab_size)
+        self.llama_batch = Batch(self.llama, self.kernels, self.vocab_size)
         self.jobs: queue.Queue[Job | None] = queue.Queue()
         self.thread = threading.Thread(target=self._serve, name=f"model {name}", daemon=True)
         self.thread.start()
@@ -254,9 +254,9 @@ class ModelRunner:
         """`tokens` after the slot's cache and each rider's next token after its own, in one decode:
         the logits of every row, the slot's first."""
         past = len(slot.cache.tokens)
-        block = self.rows.run(tokens + [answer.next for answer in riders],
-                              [*range(past, past + len(tokens)), *(len(answer.slot.cache.tokens) for answer in riders)],
-                              [slot.seq] * len(tokens) + [answer.slot.seq for answer in riders], rows=True)
+        block = self.llama_batch.run(tokens + [answer.next for answer in riders],
+                                     [*range(past, past + len(tokens)), *(len(a.slot.cache.tokens) for a in riders)],
+                                     [slot.seq] * len(tokens) + [answer.slot.seq for answer in riders], rows=True)
         slot.cache.extend(tokens)
         for answer in riders:
             answer.slot.cache.extend([answer.next])
@@ -269,7 +269,8 @@ class ModelRunner:
         for start in range(0, len(tokens), size):
             chunk = tokens[start : start + size]
             count, past = len(chunk), len(slot.cache.tokens)
-            chunk_rows = self.rows.run(chunk, np.arange(past, past + count, dtype=np.int32), [slot.seq] * count, rows)
+            positions = np.arange(past, past + count, dtype=np.int32)
+            chunk_rows = self.llama_batch.run(chunk, positions, [slot.seq] * count, rows)
             slot.cache.extend(chunk)
             if rows:
                 last = start + size >= len(tokens)  # the next decode would overwrite a view
@@ -288,8 +289,9 @@ class ModelRunner:
         outputs = []
         for start in range(0, len(items), self.exact_rows):
             chunk = items[start : start + self.exact_rows]
-            chunk_rows = self.rows.run([token for _, token in chunk], [len(slot.cache.tokens) for slot, _ in chunk],
-                                         [slot.seq for slot, _ in chunk], rows=True)
+            chunk_rows = self.llama_batch.run([token for _, token in chunk],
+                                              [len(slot.cache.tokens) for slot, _ in chunk],
+                                              [slot.seq for slot, _ in chunk], rows=True)
             for slot, token in chunk:
                 slot.cache.extend([token])
             outputs.append(chunk_rows.copy())
@@ -334,7 +336,8 @@ class ModelRunner:
         try:
             rows = self._decode_across([(answer.slot, answer.next) for answer in answers])
         except Exception as error:  # noqa: BLE001 - a crash here must not kill the worker
-            rows = self._fail(answers, error)
+            self._fail(answers, error)
+            return
         self._advance_all(answers, rows)
 
     def _advance_all(self, answers: list[Answer], rows: np.ndarray) -> None:
@@ -345,10 +348,9 @@ class ModelRunner:
         except Exception as error:  # noqa: BLE001 - a crash here must not kill the worker
             self._fail(self.answers, error)
 
-    def _fail(self, answers: list[Answer], error: Exception) -> np.ndarray:
+    def _fail(self, answers: list[Answer], error: Exception) -> None:
         for answer in answers:
             self._finish(answer, "error", RunnerError(f"llama.cpp failed: {error}", 500))
-        return np.empty((0, self.vocab_size), dtype=np.float32)
 
     def _end_abandoned(self) -> None:
         """End the answers whose client has left: their slots become idle."""
