@@ -285,3 +285,21 @@ def test_a_failure_between_tokens_ends_the_answers_with_an_error_and_the_worker_
         assert len(made) == 1  # the first token came from the prompt's own evaluation
         [(made, done)] = run_jobs(runner, [PROMPTS[1].encode()], NUM_PREDICT, together=False)
         assert not isinstance(done, RunnerError) and len(made) == NUM_PREDICT
+
+
+def test_a_request_waiting_for_the_only_slot_starts_when_the_answer_before_it_ends():
+    """One slot (a server that serialises, like Ollama with OLLAMA_NUM_PARALLEL=1): a request that came
+    while an answer was in progress waits for it, then is answered, with nothing else arriving to wake
+    the worker. (It once waited for the next request: a validator burst's last request waited forever.)"""
+    import threading
+
+    from utils.embedded.runtime.jobs import Job
+    from utils.sampling import SamplingOptions
+
+    with direct_runner(MODEL, batch=False) as runner:
+        made, finished = [[], []], [threading.Event(), threading.Event()]
+        runner.submit_all([Job(prompt.encode(), SamplingOptions(temperature=0.0), 8, None,
+                               on_token=lambda info, i=i: made[i].append(info.token),
+                               on_done=lambda _, i=i: finished[i].set()) for i, prompt in enumerate(PROMPTS[:2])])
+        assert finished[0].wait(60) and finished[1].wait(60), [len(tokens) for tokens in made]
+        assert [len(tokens) for tokens in made] == [8, 8]

@@ -141,8 +141,8 @@ class ModelRunner:
         """Take requests, start them in idle slots, and advance every answer in progress a token,
         in turn, so that a request never waits for another's whole answer."""
         while True:
-            try:  # while answers are in progress, only what is already here
-                job = self.jobs.get_nowait() if self.answers else self.jobs.get()
+            try:  # while answers are in progress or requests wait for a slot, only what is already here
+                job = self.jobs.get_nowait() if self.answers or self.pending else self.jobs.get()
             except queue.Empty:
                 job = False
             if job is None:  # close(): the answers in progress were cancelled; what waits is served
