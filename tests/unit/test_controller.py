@@ -317,6 +317,32 @@ def test_the_closed_streams_token_is_charged_once_when_a_segment_is_left_not_eve
     assert controller.cut(surer, leaving_segment=True) == 8
 
 
+def test_a_run_of_rounds_measures_a_verification_and_estimates_after_segments_no_longer_move_it() -> None:
+    # A one-slot server under load (units of a standard token): a K = 4 burst right after a segment
+    # took 4.4 (estimated 3.4 in a run), in a run it took 5.2, and later after a segment 4.4 again.
+    controller = measured(k_max=8, free=True)
+    controller.record_round(8, 4, 4, 0.0, 4.4 * STANDARD, after_segment=True)
+    assert controller.verify_seconds[4] == pytest.approx(3.4 * STANDARD)
+    controller.record_round(8, 4, 4, 0.0, 5.2 * STANDARD)
+    assert controller.verify_seconds[4] == pytest.approx(5.2 * STANDARD)  # measured: the estimate goes
+    controller.record_round(8, 4, 4, 0.0, 4.4 * STANDARD, after_segment=True)
+    controller.record_round(8, 8, 0, 0.0, 9.0 * STANDARD, after_segment=True)  # K = 8: an estimate still
+    assert controller.verify_seconds == pytest.approx({4: 5.2 * STANDARD, 8: 8.0 * STANDARD})
+
+
+def test_a_free_drafter_that_must_leave_a_segment_to_draft_skips_where_even_all_accepted_cannot_pay() -> None:
+    # One request at a time: verifying 4 pieces costs 4.4 standard tokens, so 5 tokens in 4.4 pay in a
+    # run of rounds; but a free drafter's drafts each leave a standard segment, and wait for the
+    # closed stream's token too (5 for 5.4), where `cut` would never verify one: answers go standard.
+    one_slot, batching = measured(k_max=4, free=True), measured(k_max=8, free=True)
+    one_slot.record_verification(4, 4.4 * STANDARD)
+    batching.record_verification(8, 3.2 * STANDARD)
+    assert one_slot.can_pay() and not one_slot.skips()  # in process (a drained stream): no wait
+    assert not one_slot.can_pay(leaving_segment=True) and one_slot.skips(leaving_segment=True)
+    assert one_slot.cut([0.95] * 4, leaving_segment=True) == 0
+    assert batching.can_pay(leaving_segment=True) and not batching.skips(leaving_segment=True)
+
+
 def test_an_answer_whose_drafts_miss_trusts_them_less_than_the_bins_do() -> None:
     """The bins learn from every answer; an answer's own misses scale its pieces' chances down
     (AnswerState.trust), so a chat among edits stops verifying what other answers copied."""

@@ -68,6 +68,11 @@ class DraftLengthController:
     free: bool = False  # the drafter's proposals cost microseconds (Drafter.free): asked at every token
     acceptance: list[float] = field(default_factory=list)  # P(position i accepted | i-1 accepted)
     verify_seconds: dict[int, float] = field(default_factory=dict)  # by K
+    # The K measured in a run of rounds: an estimate from a round after a standard segment (what it
+    # took less one standard token) no longer moves theirs. Under load that token's share was far
+    # less than a standard token (a K = 4 burst on a one-slot server: 54 ms so estimated, 64-76 ms
+    # in runs), and the estimate alone would have had drafts verified where no draft could pay.
+    verified_in_runs: set[int] = field(default_factory=set)
     draft_seconds_per_token: float | None = None
     # A draft model that has not seen the tokens generated since its last draft reads them first
     # (prefill): charged per unseen token, apart from drafting, so that a probe after a long standard
@@ -164,27 +169,32 @@ class DraftLengthController:
         Never for a free drafter: what `cut` leaves out is graded against the target's text instead."""
         return not self.free and self.standard_streak >= self.probe_every
 
-    def can_pay(self) -> bool:
-        """Whether some draft length measured here beats standard generation if every drafted token
-        is accepted (K + 1 tokens a round); True until a verification has been measured."""
+    def can_pay(self, leaving_segment: bool = False) -> bool:
+        """Whether some draft length beats standard generation if every drafted token is accepted
+        (K + 1 tokens a round); True until a verification has been measured. `leaving_segment`: for
+        a free drafter, a draft also waits for the closed stream's token, as `cut` charges it: its
+        drafts come where the text copies, each after a standard segment, and a run of rounds only
+        begins with one. Where even that cannot pay, `cut` would verify nothing all answer long."""
         if not self.verify_seconds or self.standard_seconds_per_token is None:
             return True
-        draft = self.draft_seconds_per_token or 0.0
-        best = max((k + 1) / max(seconds + draft * k, 1e-6) for k, seconds in self.verify_seconds.items())
+        wait = self.standard_seconds_per_token if leaving_segment and self.free else 0.0
+        best = max((k + 1) / max(self.round_seconds(k) + wait, 1e-6) for k in range(1, max(self.k_max, 1) + 1))
         return best * self.standard_seconds_per_token > MARGIN
 
-    def skips(self) -> bool:
+    def skips(self, leaving_segment: bool = False) -> bool:
         """Whether the next answer should go standard from start to end (then `record_skip`). The
         answer that retries forgets what verifying cost and probes as often as at first. A free
         drafter's answers go standard only where no verification can pay: drafts that missed cost
-        their verification, and `cut` already keeps the confidences that missed from being verified."""
-        if self.fixed_k is not None or (self.can_pay() and (self.free or self.failed_probes < SKIP_AFTER)):
+        their verification, and `cut` already keeps the confidences that missed from being verified.
+        `leaving_segment`: as for `can_pay`, where a closed stream's token is waited for."""
+        if self.fixed_k is not None or (self.can_pay(leaving_segment)
+                                        and (self.free or self.failed_probes < SKIP_AFTER)):
             return False
         if self.skipped + 1 < self.retry_every:
             return True
         # One more probe that does not pay, and answers go standard again, for twice as long (a probe
         # that pays brings the retries back to RETRY_ANSWERS, in `record_round`).
-        self.skipped, self.probe_every, self.verify_seconds = 0, PROBE_EVERY, {}
+        self.skipped, self.probe_every, self.verify_seconds, self.verified_in_runs = 0, PROBE_EVERY, {}, set()
         self.failed_probes = SKIP_AFTER - 1
         self.retry_every = min(2 * self.retry_every, MAX_RETRY_ANSWERS)
         return False
@@ -224,9 +234,15 @@ class DraftLengthController:
                     self.retry_every = RETRY_ANSWERS
         if drafted:
             self.draft_seconds_per_token = _blend(self.draft_seconds_per_token, draft_seconds / drafted)
-            if after_segment and self.standard_seconds_per_token is not None:  # a burst's cost, as in a run
-                verify_seconds = max(verify_seconds - self.standard_seconds_per_token, verify_seconds / 2)
-            self.verify_seconds[drafted] = _blend(self.verify_seconds.get(drafted), verify_seconds)
+            if not after_segment:
+                first = drafted not in self.verified_in_runs
+                self.verified_in_runs.add(drafted)
+                self.verify_seconds[drafted] = _blend(None if first else self.verify_seconds.get(drafted),
+                                                      verify_seconds)
+            elif drafted not in self.verified_in_runs:  # a burst's cost as in a run, estimated
+                waited = self.standard_seconds_per_token or 0.0
+                estimate = max(verify_seconds - waited, verify_seconds / 2)
+                self.verify_seconds[drafted] = _blend(self.verify_seconds.get(drafted), estimate)
         for position in range(min(accepted + 1, drafted)):
             self.acceptance[position] = _blend(self.acceptance[position], 1.0 if position < accepted else 0.0)
         self.observe_confidence(confidence or [], accepted, min(accepted + 1, drafted), source)

@@ -72,7 +72,7 @@ class SpeculativeDecoder:
         exact = self.drafter.exact_distribution and await self.target.exact_logprobs()
         method = choose_method(sampling, exact)
         controller = self._controller(method, request.k)
-        if controller.skips():
+        if controller.skips(leaving_segment=not self.target.drains):
             controller.record_skip()
             return Plan(info, sampling, stops, method, code="no_gain", reason=NO_GAIN_REASON)
         return Plan(info, sampling, stops, method)
