@@ -101,6 +101,47 @@ def test_an_answer_says_what_speculation_did_and_an_opted_out_one_is_standard(se
     assert 'reason="format"' in httpx.get(f"{served}/metrics", timeout=30).text
 
 
+def test_the_engines_events_stream_to_a_client_that_asks_with_its_settings_applied_or_refused(served):
+    """What the app gets from `cli.py serve` (utils/proxy/event_stream.py): the engine's events, made in
+    the server with the drafter and K the headers ask for, read back by the app's own reader; the text
+    is the server's standard answer, the rounds add up to the closing statistics, the answer is counted
+    in /metrics, and a header that cannot be honoured is refused with a sentence."""
+    import asyncio
+
+    from utils.engine.client import OllamaClient
+    from utils.engine.events import DoneEvent, RoundEvent, TextEvent, WireEvents
+    from utils.engine.target import ModelNotFound, RequestRefused
+
+    body = {"model": DRAFT, "prompt": COLOURS, "raw": True, "options": {"temperature": 0, "num_predict": 12}}
+    standard = httpx.post(f"{served}/api/generate", json={**body, "stream": False}, headers=OFF, timeout=300).json()
+
+    async def events(headers: dict[str, str], sent: dict | None = None) -> list:
+        client, wire = OllamaClient(served), WireEvents()
+        try:
+            return [wire.read(data) async for data in client.answer_events(False, sent or body, headers)]
+        finally:
+            await client.aclose()
+
+    before = drafted(served, DRAFT)
+    got = asyncio.run(events({"x-speculation-drafter": "lookup", "x-speculation-k": "2"}))
+    text = "".join(event.text for event in got if isinstance(event, TextEvent))
+    rounds = [event.record for event in got if isinstance(event, RoundEvent)]
+    done = got[-1]
+    assert isinstance(done, DoneEvent) and text == done.text == standard["response"]
+    assert done.stats.drafter == "lookup" and done.stats.drafted_tokens > 0
+    assert rounds == done.stats.rounds and max(record.k for record in rounds) == 2  # the K asked, not the server's 4
+    assert drafted(served, DRAFT)[0] - before[0] == done.stats.drafted_tokens  # counted in /metrics
+    plain = asyncio.run(events({"x-speculation-drafter": "none"}))[-1]
+    assert plain.text == standard["response"] and plain.stats.mode == "standard" and plain.stats.drafts == 0
+
+    for headers, sent, kind, words in (({"x-speculation-k": "99"}, None, RequestRefused, "X-Speculation-K"),
+                                       ({"x-speculation-p-min": "2"}, None, RequestRefused, "P-Min"),
+                                       ({}, {**body, "format": "json"}, RequestRefused, "format"),
+                                       ({}, {**body, "model": "nope:1b"}, ModelNotFound, "not found")):
+        with pytest.raises(kind, match=words):
+            asyncio.run(events(headers, sent))
+
+
 def test_sampled_answers_keep_the_target_distribution(served):
     options = SamplingOptions(temperature=1.0, top_k=5, top_p=1.0)
     probe = {"model": DRAFT, "prompt": COLOURS, "raw": True, "stream": False, "logprobs": True, "top_logprobs": 20,

@@ -4,6 +4,7 @@ listed, opened, renamed, deleted, and the speed-up or the reason there is none."
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -50,6 +51,43 @@ def test_chat_standard_then_speculative_persists_across_reload(data_dir):
     assert answer_texts(reloaded) == texts
     roles = [m["role"] for m in stored.messages(conversation["id"])]
     assert roles == ["user", "assistant", "user", "assistant"]
+
+
+@pytest.fixture(scope="module")
+def speculating_url(tmp_path_factory):
+    """`cli.py serve` with speculation on, as the app starts its own embedded server."""
+    from utils.embedded.server import EmbeddedServer
+
+    with EmbeddedServer(log_path=tmp_path_factory.mktemp("serve") / "serve.log", speculation=True) as server:
+        yield server.url
+
+
+def test_chat_on_a_speculating_server_shows_the_answer_the_server_made(speculating_url, tmp_path, monkeypatch):
+    """Against `cli.py serve` the engine runs in the server (no HTTP per round): the page asks for the
+    answer's events with its sidebar's drafter and K, and shows and stores them as its own: the text,
+    the rounds for the chart, the statistics; the server counted the drafts it verified."""
+    import httpx
+
+    monkeypatch.setenv("OLLAMA_HOST", speculating_url)
+    monkeypatch.setenv("SPEC_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("SPEC_TARGET_MODEL", SMALL)
+    config.get_settings.cache_clear()
+    try:
+        at = open_app()
+        short_answers(at, speculative=True, drafter="lookup", k=4)
+        at.chat_input[0].set_value(REPEAT_PROMPT).run()
+        assert not at.exception, at.exception
+        stats = [json.loads(j.value) for j in at.json]
+        assert len(answer_texts(at)) == 1 and answer_texts(at)[0].strip()
+        assert stats and stats[-1]["mode"] == "speculative" and stats[-1]["drafter"] == "lookup"
+        assert stats[-1]["drafted_tokens"] > 0 and set(stats[-1]["k_history"]) <= {0, 4}
+        assert at.get("plotly_chart"), "the answer has its charts, from the rounds the server sent"
+        [conversation] = ConversationStore(tmp_path / "data" / "conversations.sqlite3").conversations()
+        metrics = httpx.get(f"{speculating_url}/metrics", timeout=30).text
+        made = re.search(rf'spec_decode_num_draft_tokens_total{{drafter="lookup",target="{SMALL}"}} (\d+)', metrics)
+        assert made and int(made.group(1)) == stats[-1]["drafted_tokens"], metrics
+    finally:
+        config.get_settings.cache_clear()
 
 
 def test_chat_context_full_keeps_the_answer_with_a_note(data_dir, monkeypatch):

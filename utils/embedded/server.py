@@ -44,7 +44,7 @@ def speculating(settings: Settings, pairs: dict[str, str], k: int | None = None)
     config = ProxyConfig(upstream="http://in-process", pairs=pairs, engine=settings.engine, k=k)
 
     def front(app, models, about):  # noqa: ANN001, ANN202 - create_app's Front
-        return SpeculatingFront(app, InProcessTarget(app, models, about), config)
+        return SpeculatingFront(app, InProcessTarget(app, models, about), config, about)
 
     return front
 

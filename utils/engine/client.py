@@ -116,12 +116,13 @@ class OllamaClient:
             raise ServerError(f"{self.url}{path} answered with something that is not JSON", status,
                               self.host) from None
 
-    async def _stream(self, path: str, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    async def _stream(self, path: str, body: dict[str, Any],
+                      headers: dict[str, str] = NO_SPECULATION) -> AsyncIterator[dict[str, Any]]:
         """The NDJSON messages of a streamed answer. Leaving early closes the connection, which stops
         generation on the server."""
         response = None
         try:
-            response = await self.http.open("POST", path, json.dumps(body).encode(), NO_SPECULATION)
+            response = await self.http.open("POST", path, json.dumps(body).encode(), headers)
             if response.status >= 400:
                 raise self._refusal(response.status, (await response.read()).decode(errors="replace"))
             pending = b""
@@ -144,11 +145,14 @@ class OllamaClient:
                 response.close()
 
     def _message(self, line: bytes, status: int) -> dict[str, Any] | None:
-        """One NDJSON line of a stream, None if blank; an `{"error": ...}` line is raised."""
+        """One NDJSON line of a stream, None if blank; an `{"error": ...}` line is raised (as the status
+        it carries, where it carries one: event_stream.py's do)."""
         if not line.strip():
             return None
         message = json.loads(line)
         if "error" in message:
+            if isinstance(message.get("status"), int):
+                raise refusal(message["status"], str(message["error"]), self.host)
             raise ServerError(str(message["error"]), status, self.host)
         return message
 
@@ -193,6 +197,17 @@ class OllamaClient:
         `thinking` from the content), it does so exactly as for a direct request."""
         async for message in self._stream("/api/chat" if chat else "/api/generate", {**body, "stream": True}):
             yield message
+
+    async def answer_events(self, chat: bool, body: dict[str, Any],
+                            headers: dict[str, str]) -> AsyncIterator[dict[str, Any]]:
+        """An answer made by the engine in a speculating server (`cli.py serve`), event by event: the
+        `speculative_event` objects it streams when asked with `headers` (utils/proxy/event_stream.py)."""
+        path = "/api/chat" if chat else "/api/generate"
+        async for message in self._stream(path, {**body, "stream": True}, {**headers, "x-speculation-events": "on"}):
+            if "speculative_event" not in message:
+                raise ServerError(f"{self.url}{path} did not stream the engine's events (X-Speculation-Events)",
+                                  None, self.host)
+            yield message["speculative_event"]
 
     async def render_chat(self, model: str, messages: list[dict[str, str]], options: dict[str, Any],
                           think: bool | str | None = None) -> str:

@@ -1,9 +1,14 @@
-"""What the decoding loop emits. Every consumer (CLI, chat page, charts, store, benchmarks) reads these."""
+"""What the decoding loop emits. Every consumer (CLI, chat page, charts, store, benchmarks) reads these.
+
+They also travel: `cli.py serve` streams an answer's events to a client that asks for them
+(`X-Speculation-Events: on`, utils/proxy/event_stream.py) as JSON objects (`to_wire`), and the
+client reads them back (`WireEvents`), so the app shows an answer made in the server as one made here.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from utils.engine.stats import AnswerStats, RoundRecord
 from utils.engine.target import ServerError
@@ -58,3 +63,44 @@ class GenerationError(SpecError):
     @classmethod
     def of(cls, error: ServerError, partial: str) -> GenerationError:
         return cls(error.message, partial, error)
+
+
+def to_wire(event: Event) -> dict[str, Any]:
+    """An event as a JSON object. A round's statistics leave out the rounds so far (the reader keeps
+    them): each line stays small however long the answer."""
+    if isinstance(event, TextEvent):
+        return {"type": "text", "text": event.text, "origin": event.origin}
+    if isinstance(event, ThinkingEvent):
+        return {"type": "thinking", "text": event.text}
+    if isinstance(event, FallbackEvent):
+        return {"type": "fallback", "reason": event.reason}
+    if isinstance(event, RoundEvent):
+        return {"type": "round", "record": event.record.model_dump(),
+                "stats": event.stats.model_dump(exclude={"rounds", "k_history"})}
+    return {"type": "done", "text": event.text, "stats": event.stats.model_dump()}
+
+
+class WireEvents:
+    """One answer's events again, from `to_wire`'s objects in the order they came: each round's
+    statistics with the rounds read so far."""
+
+    def __init__(self) -> None:
+        self.rounds: list[RoundRecord] = []
+
+    def read(self, data: dict[str, Any]) -> Event:
+        kind = data.get("type")
+        if kind == "text":
+            return TextEvent(str(data["text"]), data["origin"])
+        if kind == "thinking":
+            return ThinkingEvent(str(data["text"]))
+        if kind == "fallback":
+            return FallbackEvent(str(data["reason"]))
+        if kind == "round":
+            record = RoundRecord.model_validate(data["record"])
+            self.rounds.append(record)
+            stats = AnswerStats.model_validate({**data["stats"], "rounds": list(self.rounds),
+                                                "k_history": [each.k for each in self.rounds]})
+            return RoundEvent(record, stats)
+        if kind == "done":
+            return DoneEvent(str(data["text"]), AnswerStats.model_validate(data["stats"]))
+        raise ValueError(f"not an engine event: {data!r}")

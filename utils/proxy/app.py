@@ -26,6 +26,7 @@ from utils.api.http import MAX_BODY_BYTES, NDJSON, json_response
 from utils.burst import opted_out
 from utils.engine.events import GenerationError
 from utils.proxy import answers
+from utils.proxy.event_stream import event_answer, events_asked
 from utils.proxy.forward import Inner, forward
 from utils.proxy.routing import Forward
 from utils.proxy.serving import ProxyConfig, ProxyState, Refused, decide
@@ -78,6 +79,9 @@ async def ollama_answer(request: Request, chat: bool) -> Response:
         body: Any = json.loads(body_bytes)
     except ValueError:
         body = None
+    if events_asked(request.headers):  # the app: the engine's events, whatever the answer
+        return await event_answer(state_of(request), body, chat, request.headers, client_of(request),
+                                  request.url.path)
     decision = await decide(state_of(request), body, chat, client_of(request), request.url.path)
     if isinstance(decision, Forward):
         model = body.get("model", "") if isinstance(body, dict) else ""

@@ -12,11 +12,13 @@ such as each of the engine's own requests over HTTP, goes straight down without 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from utils.api.http import json_response
 from utils.burst import opted_out
 from utils.engine.target import Target
 from utils.proxy.app import ollama_answer, openai_answer, prometheus, recent
@@ -34,14 +36,19 @@ ROUTES: dict[tuple[str, str], Route] = {
 
 
 class SpeculatingFront:
-    """`app`: the server's stack below the front; `target`: the engine's in-process target on it."""
+    """`app`: the server's stack below the front; `target`: the engine's in-process target on it;
+    `about`: the stack's `/api/version`, which the front answers with `speculation_events` added (the
+    app asks for an answer's events where the server says it streams them: event_stream.py)."""
 
-    def __init__(self, app: ASGIApp, target: Target, config: ProxyConfig):
+    def __init__(self, app: ASGIApp, target: Target, config: ProxyConfig, about: dict[str, Any]):
         self.app = app
         self.state = ProxyState(config, target=target, local=app)
+        self.about = {**about, "speculation_events": True}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         route = ROUTES.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
+        if scope["type"] == "http" and (scope["method"], scope["path"]) == ("GET", "/api/version"):
+            return await json_response(self.about)(scope, receive, send)  # whoever asks, opted out or not
         if route is None or opted_out(scope["headers"]):
             return await self.app(scope, receive, send)
         scope["speculation"] = self.state  # read by the proxy's routes (app.state_of)

@@ -82,6 +82,7 @@ class ProxyState:
         # The key is the proxy's, not upstream's: it is not sent on.
         self.drop = frozenset({"authorization"}) if config.api_key else frozenset()
         self._drafters: dict[str, Drafter | None] = {}
+        self._chosen: dict[tuple[str, str, float, int, int], Drafter | None] = {}
         self._lock = asyncio.Lock()
 
     async def planned(self, model: str, request: GenerationRequest) -> tuple[SpeculativeDecoder, Plan]:
@@ -98,6 +99,15 @@ class ProxyState:
                 self._drafters[model] = built.drafter
         decoder = SpeculativeDecoder(self.target, model, self._drafters[model], engine)
         return decoder, await decoder.plan(request)
+
+    async def decoder(self, model: str, drafter: str, engine: EngineConfig) -> SpeculativeDecoder:
+        """A decoder of `model` with `drafter` ("none": standard) and `engine`'s draft settings, as an
+        answer asked for them (event_stream.py); each choice's drafter is built once."""
+        key = (model, drafter, engine.p_min, engine.draft_top_k, engine.n_min)
+        async with self._lock:
+            if key not in self._chosen:  # build_decoder answers Ollama's own 404 for an unknown model
+                self._chosen[key] = (await build_decoder(engine, self.target, model, drafter, self.draft)).drafter
+        return SpeculativeDecoder(self.target, model, self._chosen[key], engine)
 
     async def keep_alive(self, model: str, keep_alive: Any, options: dict[str, Any]) -> None:
         """The model's residency is upstream's: the request is passed on, with the answer's options

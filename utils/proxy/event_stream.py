@@ -1,0 +1,112 @@
+"""An answer's engine events, streamed to a client that asks for them (`X-Speculation-Events: on`).
+
+The app's Chat and Compare pages draw every round (highlights, live charts, the draft length the
+controller chose), so against `cli.py serve` they ask the server to run the engine in process and
+send its events, one `{"speculative_event": {...}}` line each (utils/engine/events.py `to_wire`),
+instead of running the engine themselves over HTTP, which pays requests every round. The app's
+settings for the answer travel as headers, and each is applied or refused, never ignored:
+
+    X-Speculation-Events: on
+    X-Speculation-Drafter: suffix | lookup | none | <a draft model>   (default: the model's pair, else none)
+    X-Speculation-K: <0-16>               (default: the controller's choice, or the server's --k)
+    X-Speculation-P-Min: <0-1>            (default: the server's)
+    X-Speculation-Draft-Top-K: <1-20>     (default: the server's)
+
+Every answer is the engine's then, standard ones too (drafter `none`, a thinking model, an answer the
+controller keeps standard), so that each carries its statistics; what the engine cannot answer exactly
+(`format`, `tools`, images, options it does not keep exact) is refused with a 400 and the reason, as
+is a request that is not streamed. A failure after the first line ends the stream with Ollama's
+`{"error": ...}` line, with the status the error would have had.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.responses import Response, StreamingResponse
+
+from utils.api.http import NDJSON, json_response, ndjson_line
+from utils.engine.config import K_LIMIT, EngineConfig
+from utils.engine.events import DoneEvent, Event, GenerationError, to_wire
+from utils.errors import SpecError
+from utils.proxy.routing import Forward, plan
+from utils.proxy.serving import ProxyState
+
+EVENTS = "x-speculation-events"
+NONE = "none"
+
+
+def events_asked(headers: Mapping[str, str]) -> bool:
+    return headers.get(EVENTS, "").strip().lower() == "on"
+
+
+@dataclass
+class Asked:
+    """What the headers ask of the answer."""
+
+    drafter: str | None  # None: the model's pair, else standard
+    k: int | None
+    engine: EngineConfig
+
+
+def asked(headers: Mapping[str, str], engine: EngineConfig) -> Asked:
+    """The answer's settings from its headers; ValueError with a sentence for one that is not valid."""
+    drafter = headers.get("x-speculation-drafter", "").strip() or None
+    k_text = headers.get("x-speculation-k", "").strip()
+    if k_text and not (k_text.isdigit() and int(k_text) <= K_LIMIT):
+        raise ValueError(f"X-Speculation-K must be a whole number from 0 to {K_LIMIT}, not {k_text!r}")
+    try:
+        p_min = float(headers["x-speculation-p-min"]) if "x-speculation-p-min" in headers else None
+        top_k = int(headers["x-speculation-draft-top-k"]) if "x-speculation-draft-top-k" in headers else None
+        engine = engine.replace(p_min=p_min, draft_top_k=top_k)
+    except (ValueError, ValidationError) as error:
+        raise ValueError(f"X-Speculation-P-Min (0 to 1) or X-Speculation-Draft-Top-K (1 to 20) is not valid: "
+                         f"{error}") from None
+    return Asked(drafter, int(k_text) if k_text else None, engine)
+
+
+async def event_answer(state: ProxyState, body: Any, chat: bool, headers: Mapping[str, str], client: str,
+                       endpoint: str) -> Response:
+    """The engine's events for one /api/generate or /api/chat body, streamed; or the refusal."""
+    try:
+        wanted = asked(headers, state.config.engine)
+    except ValueError as error:
+        return json_response({"error": str(error)}, 400)
+    model = body.get("model") if isinstance(body, dict) else None
+    drafter = wanted.drafter or (state.config.pairs.get(model, NONE) if isinstance(model, str) else NONE)
+    job = plan(body, chat, {model: drafter} if isinstance(model, str) else {}, wanted.k)
+    if isinstance(job, Forward):
+        return json_response({"error": f"X-Speculation-Events: the engine cannot make this answer ({job.reason}); "
+                                       "ask without the header for the server's own answer"}, 400)
+    if not job.stream:
+        return json_response({"error": "X-Speculation-Events needs a streamed answer (stream: true)"}, 400)
+    try:
+        decoder = await state.decoder(job.model, drafter, wanted.engine)
+        stream = decoder.stream(job.request)
+        first = await anext(stream)
+    except SpecError as error:
+        cause = error.cause if isinstance(error, GenerationError) else error
+        return json_response({"error": error.message}, (cause and cause.status) or error.status or 500)
+
+    async def lines() -> AsyncIterator[bytes]:
+        event: Event = first
+        try:
+            while True:
+                yield ndjson_line({"speculative_event": to_wire(event)})
+                if isinstance(event, DoneEvent):
+                    state.metrics.observe_answer(client, endpoint, event.stats)
+                    if job.keep_alive is not None:
+                        asyncio.get_running_loop().create_task(
+                            state.keep_alive(job.model, job.keep_alive, job.request.options))
+                event = await anext(stream)
+        except StopAsyncIteration:
+            return
+        except GenerationError as error:
+            status = error.cause.status if error.cause is not None else error.status
+            yield ndjson_line({"error": error.message, "status": status or 500})
+
+    return StreamingResponse(lines(), media_type=NDJSON)
