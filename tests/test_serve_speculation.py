@@ -108,8 +108,11 @@ def test_the_engines_events_stream_to_a_client_that_asks_with_its_settings_appli
     in /metrics, and a header that cannot be honoured is refused with a sentence."""
     import asyncio
 
+    from config import get_settings
     from utils.engine.client import OllamaClient
     from utils.engine.events import DoneEvent, RoundEvent, TextEvent, WireEvents
+    from utils.engine.request import GenerationRequest
+    from utils.engine.served import ServedDecoder, answer_decoder
     from utils.engine.target import ModelNotFound, RequestRefused
 
     body = {"model": DRAFT, "prompt": COLOURS, "raw": True, "options": {"temperature": 0, "num_predict": 12}}
@@ -122,8 +125,18 @@ def test_the_engines_events_stream_to_a_client_that_asks_with_its_settings_appli
         finally:
             await client.aclose()
 
+    async def served_answer(drafter: str, **fields) -> list:  # as the app and the CLI ask (engine/served.py)
+        client = OllamaClient(served)
+        try:
+            decoder = await answer_decoder(get_settings().engine, client, DRAFT, drafter)
+            assert isinstance(decoder, ServedDecoder)
+            request = GenerationRequest(prompt=COLOURS, raw=True, max_tokens=12, **fields)
+            return [event async for event in decoder.stream(request)]
+        finally:
+            await client.aclose()
+
     before = drafted(served, DRAFT)
-    got = asyncio.run(events({"x-speculation-drafter": "lookup", "x-speculation-k": "2"}))
+    got = asyncio.run(served_answer("lookup", k=2))
     text = "".join(event.text for event in got if isinstance(event, TextEvent))
     rounds = [event.record for event in got if isinstance(event, RoundEvent)]
     done = got[-1]
@@ -131,15 +144,40 @@ def test_the_engines_events_stream_to_a_client_that_asks_with_its_settings_appli
     assert done.stats.drafter == "lookup" and done.stats.drafted_tokens > 0
     assert rounds == done.stats.rounds and max(record.k for record in rounds) == 2  # the K asked, not the server's 4
     assert drafted(served, DRAFT)[0] - before[0] == done.stats.drafted_tokens  # counted in /metrics
-    plain = asyncio.run(events({"x-speculation-drafter": "none"}))[-1]
+    plain = asyncio.run(served_answer("none"))[-1]
     assert plain.text == standard["response"] and plain.stats.mode == "standard" and plain.stats.drafts == 0
+    shaped = asyncio.run(served_answer("lookup", format="json"))[-1]  # the engine's standard, with the grammar
+    own = httpx.post(f"{served}/api/generate", json={**body, "format": "json", "stream": False}, headers=OFF,
+                     timeout=300).json()
+    assert shaped.text == own["response"] and shaped.stats.mode == "standard" and shaped.stats.drafts == 0
+    assert any("format" in fallback.reason for fallback in shaped.stats.fallbacks)
 
     for headers, sent, kind, words in (({"x-speculation-k": "99"}, None, RequestRefused, "X-Speculation-K"),
                                        ({"x-speculation-p-min": "2"}, None, RequestRefused, "P-Min"),
-                                       ({}, {**body, "format": "json"}, RequestRefused, "format"),
+                                       ({}, {**body, "images": ["aGk="]}, RequestRefused, "images"),
                                        ({}, {**body, "model": "nope:1b"}, ModelNotFound, "not found")):
         with pytest.raises(kind, match=words):
             asyncio.run(events(headers, sent))
+
+
+def test_the_cli_answers_through_the_servers_engine(served):
+    """`cli.py generate` against `cli.py serve` gets its answer made in the server (engine/served.py):
+    the same text as the server's standard answer, its drafts verified and counted there."""
+    import subprocess
+    import sys
+
+    before = drafted(served, DRAFT)
+    done = subprocess.run([sys.executable, "cli.py", "generate", "--host", served, "--target", DRAFT, "--draft",
+                           "lookup", "--k", "2", "--max-tokens", "12", "--json", "--prompt", COLOURS],
+                          cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    body = {"model": DRAFT, "prompt": COLOURS, "raw": True, "stream": False,
+            "options": {"temperature": 0, "num_predict": 12}}
+    own = httpx.post(f"{served}/api/generate", json=body, headers=OFF, timeout=300).json()
+    assert result["text"] == own["response"]
+    assert result["stats"]["drafted_tokens"] > 0 and set(result["stats"]["k_history"]) <= {0, 2}
+    assert drafted(served, DRAFT)[0] - before[0] == result["stats"]["drafted_tokens"]
 
 
 def test_sampled_answers_keep_the_target_distribution(served):

@@ -14,8 +14,8 @@ from utils.embedded.server import EmbeddedServer
 from utils.embedded.store.models import ModelStore
 from utils.engine.answer import collect
 from utils.engine.client import OllamaClient
-from utils.engine.decoder import build_decoder
 from utils.engine.request import GenerationRequest
+from utils.engine.served import answer_decoder
 from utils.errors import SpecError
 
 
@@ -85,7 +85,7 @@ async def generate_once(settings: Settings, request: GenerationRequest, *, targe
                         echo_thinking: Callable[[str], None] | None = None) -> dict[str, Any]:
     target_server, draft_server = servers(settings, host, draft_host)
     try:
-        decoder = await build_decoder(settings.engine, target_server, target, drafter, draft_server)
+        decoder = await answer_decoder(settings.engine, target_server, target, drafter, draft_server)
         return await collect(decoder, request, echo, echo_thinking)
     finally:
         await target_server.aclose()

@@ -21,20 +21,10 @@ from utils.app.sidebar import Choices
 from utils.app.speed import speedup_text
 from utils.app.store import stats_summary
 from utils.engine.client import OllamaClient
-from utils.engine.decoder import build_decoder
-from utils.engine.events import (
-    DoneEvent,
-    Event,
-    FallbackEvent,
-    GenerationError,
-    RoundEvent,
-    TextEvent,
-    ThinkingEvent,
-    WireEvents,
-)
+from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent, ThinkingEvent
 from utils.engine.request import GenerationRequest
+from utils.engine.served import answer_decoder
 from utils.engine.stats import AnswerStats
-from utils.engine.target import ServerError
 from utils.errors import SpecError
 
 # Redraw a streaming answer's text at most this often. Each redraw renders the whole answer and sends
@@ -92,26 +82,10 @@ class Answer:
 async def answer_events(settings: Settings, client: OllamaClient, target: str, drafter: str,
                         request: GenerationRequest) -> AsyncIterator[Event]:
     """The engine's events for one answer, on the shared client of the server: made in the server
-    where it speculates in process (`cli.py serve`, which says so in /api/version), with this
-    answer's settings as headers; else by the engine here, over HTTP (an Ollama)."""
-    if not (await client.about()).get("speculation_events"):
-        decoder = await build_decoder(settings.engine, client, target, drafter)
-        async for event in decoder.stream(request):
-            yield event
-        return
-    engine = settings.engine
-    headers = {"x-speculation-drafter": drafter, "x-speculation-p-min": str(engine.p_min),
-               "x-speculation-draft-top-k": str(engine.draft_top_k),
-               **({"x-speculation-k": str(request.k)} if request.k is not None else {})}
-    chat, body = request.as_ollama(target)
-    wire, text = WireEvents(), ""
-    try:
-        async for data in client.answer_events(chat, body, headers):
-            event = wire.read(data)
-            text += event.text if isinstance(event, TextEvent) else ""
-            yield event
-    except ServerError as error:  # as the engine here raises it: with the text so far
-        raise GenerationError.of(error, text) from None
+    where it speculates in process (`cli.py serve`), else by the engine here (utils/engine/served.py)."""
+    decoder = await answer_decoder(settings.engine, client, target, drafter)
+    async for event in decoder.stream(request):
+        yield event
 
 
 def show_text(slot, text: str, pieces: list[list[str]] | None, highlight: bool, cursor: bool = False,

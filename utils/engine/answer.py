@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from utils.engine.decoder import SpeculativeDecoder
 from utils.engine.events import DoneEvent, TextEvent, ThinkingEvent
 from utils.engine.request import GenerationRequest
+from utils.engine.served import Decoder
 
 
-async def collect(decoder: SpeculativeDecoder, request: GenerationRequest,
+async def collect(decoder: Decoder, request: GenerationRequest,
                   echo: Callable[[str], None] | None = None,
                   echo_thinking: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Run `request` to the end: {"text", "thinking", "mode", "pieces": [[text, origin], ...], "stats"}."""

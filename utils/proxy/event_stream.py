@@ -12,10 +12,10 @@ settings for the answer travel as headers, and each is applied or refused, never
     X-Speculation-P-Min: <0-1>            (default: the server's)
     X-Speculation-Draft-Top-K: <1-20>     (default: the server's)
 
-Every answer is the engine's then, standard ones too (drafter `none`, a thinking model, an answer the
-controller keeps standard), so that each carries its statistics; what the engine cannot answer exactly
-(`format`, `tools`, images, options it does not keep exact) is refused with a 400 and the reason, as
-is a request that is not streamed. A failure after the first line ends the stream with Ollama's
+Every answer is the engine's then, standard ones too (drafter `none`, a thinking model, `format`, an
+answer the controller keeps standard), so that each carries its statistics; what the engine does not
+answer (`tools`, images, options it does not keep exact) is refused with a 400 and the reason, as is
+a request that is not streamed. A failure after the first line ends the stream with Ollama's
 `{"error": ...}` line, with the status the error would have had.
 """
 
@@ -33,7 +33,7 @@ from utils.api.http import NDJSON, json_response, ndjson_line
 from utils.engine.config import K_LIMIT, EngineConfig
 from utils.engine.events import DoneEvent, Event, GenerationError, to_wire
 from utils.errors import SpecError
-from utils.proxy.routing import Forward, plan
+from utils.proxy.routing import Speculation, plan
 from utils.proxy.serving import ProxyState
 
 EVENTS = "x-speculation-events"
@@ -78,10 +78,14 @@ async def event_answer(state: ProxyState, body: Any, chat: bool, headers: Mappin
         return json_response({"error": str(error)}, 400)
     model = body.get("model") if isinstance(body, dict) else None
     drafter = wanted.drafter or (state.config.pairs.get(model, NONE) if isinstance(model, str) else NONE)
-    job = plan(body, chat, {model: drafter} if isinstance(model, str) else {}, wanted.k)
-    if isinstance(job, Forward):
+    # `format` is the engine's too: it generates such an answer standard, under the server's grammar.
+    shape = body.pop("format", None) if isinstance(body, dict) else None
+    k = wanted.k if wanted.k is not None else state.config.k
+    job = plan(body, chat, {model: drafter} if isinstance(model, str) else {}, k)
+    if not isinstance(job, Speculation):
         return json_response({"error": f"X-Speculation-Events: the engine cannot make this answer ({job.reason}); "
                                        "ask without the header for the server's own answer"}, 400)
+    job.request.format = shape or None
     if not job.stream:
         return json_response({"error": "X-Speculation-Events needs a streamed answer (stream: true)"}, 400)
     try:
