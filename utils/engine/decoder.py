@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 import numpy as np
 
@@ -77,7 +77,7 @@ class SpeculativeDecoder:
             return Plan(info, sampling, stops, method, code="no_gain", reason=NO_GAIN_REASON)
         return Plan(info, sampling, stops, method)
 
-    async def stream(self, request: GenerationRequest, plan: Plan | None = None) -> AsyncIterator[Event]:
+    async def stream(self, request: GenerationRequest, plan: Plan | None = None) -> AsyncGenerator[Event, None]:
         """The answer's events; `plan`: the one `plan(request)` gave, if the caller already asked."""
         answer = await self._start(request, plan or await self._planned(request))
         for fallback in answer.stats.fallbacks:  # generated standard from the start: say why at once

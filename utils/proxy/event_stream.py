@@ -112,5 +112,7 @@ async def event_answer(state: ProxyState, body: Any, chat: bool, headers: Mappin
         except GenerationError as error:
             status = error.cause.status if error.cause is not None else error.status
             yield ndjson_line({"error": error.message, "status": status or 500})
+        finally:  # a client that left (the app's Stop): the engine's streams close, and the slot is freed
+            await stream.aclose()
 
     return StreamingResponse(lines(), media_type=NDJSON)
