@@ -8,10 +8,10 @@ from typing import Any
 from config import Settings
 from utils.app.runtime import run, server, store, when
 from utils.app.store import ConversationStore
-from utils.engine.decoder import build_decoder
 from utils.engine.drafters import NONE, model_free_drafters
 from utils.engine.events import DoneEvent
 from utils.engine.request import GenerationRequest
+from utils.engine.served import answer_decoder
 from utils.engine.stats import AnswerStats
 
 BASELINE_PROMPT = "Write a short paragraph about the history of the bicycle."
@@ -92,7 +92,7 @@ def measure_baseline(settings: Settings, url: str, target: str) -> dict[str, Any
     client = server(settings, url)
 
     async def generate() -> AnswerStats:
-        decoder = await build_decoder(settings.engine, client, target, NONE)
+        decoder = await answer_decoder(settings.engine, client, target, NONE)  # as the answers are made
         request = GenerationRequest(prompt=BASELINE_PROMPT, max_tokens=BASELINE_MAX_TOKENS)
         async for event in decoder.stream(request):
             if isinstance(event, DoneEvent):
