@@ -250,16 +250,27 @@ class ModelRunner:
             return self._decode_with(slot, tokens[first_row:], riders, copy)
         return self._decode(slot, tokens[first_row:], rows=True, copy=copy)
 
+    def _run_rows(self, parts: list[tuple[Slot, list[int]]], rows: bool) -> np.ndarray:
+        """One llama_decode of each slot's tokens after its cached ones, which its cache then holds;
+        with `rows`, the logits of every row in order (a view of llama.cpp's buffer, valid until the
+        next decode)."""
+        tokens: list[int] = []
+        positions: list[int] = []
+        seqs: list[int] = []
+        for slot, more in parts:
+            past = len(slot.cache.tokens)
+            tokens += more
+            positions += range(past, past + len(more))
+            seqs += [slot.seq] * len(more)
+        block = self.llama_batch.run(tokens, positions, seqs, rows)
+        for slot, more in parts:
+            slot.cache.extend(more)
+        return block
+
     def _decode_with(self, slot: Slot, tokens: list[int], riders: list[Answer], copy: bool) -> np.ndarray:
         """`tokens` after the slot's cache and each rider's next token after its own, in one decode:
         the logits of every row, the slot's first."""
-        past = len(slot.cache.tokens)
-        block = self.llama_batch.run(tokens + [answer.next for answer in riders],
-                                     [*range(past, past + len(tokens)), *(len(a.slot.cache.tokens) for a in riders)],
-                                     [slot.seq] * len(tokens) + [answer.slot.seq for answer in riders], rows=True)
-        slot.cache.extend(tokens)
-        for answer in riders:
-            answer.slot.cache.extend([answer.next])
+        block = self._run_rows([(slot, tokens), *((answer.slot, [answer.next]) for answer in riders)], rows=True)
         return block.copy() if copy else block
 
     def _decode(self, slot: Slot, tokens: list[int], rows: bool, copy: bool = True) -> np.ndarray:
@@ -267,11 +278,7 @@ class ModelRunner:
         size = self.exact_rows if rows else self.llama.n_batch
         outputs = []
         for start in range(0, len(tokens), size):
-            chunk = tokens[start : start + size]
-            count, past = len(chunk), len(slot.cache.tokens)
-            positions = np.arange(past, past + count, dtype=np.int32)
-            chunk_rows = self.llama_batch.run(chunk, positions, [slot.seq] * count, rows)
-            slot.cache.extend(chunk)
+            chunk_rows = self._run_rows([(slot, tokens[start : start + size])], rows)
             if rows:
                 last = start + size >= len(tokens)  # the next decode would overwrite a view
                 outputs.append(chunk_rows if last else chunk_rows.copy())
@@ -286,16 +293,9 @@ class ModelRunner:
         at most `exact_rows`: each row is then computed as it is alone); the logits of each."""
         if len(items) == 1:
             return self._decode(items[0][0], [items[0][1]], rows=True, copy=False)
-        outputs = []
-        for start in range(0, len(items), self.exact_rows):
-            chunk = items[start : start + self.exact_rows]
-            chunk_rows = self.llama_batch.run([token for _, token in chunk],
-                                              [len(slot.cache.tokens) for slot, _ in chunk],
-                                              [slot.seq for slot, _ in chunk], rows=True)
-            for slot, token in chunk:
-                slot.cache.extend([token])
-            outputs.append(chunk_rows.copy())
-        return np.concatenate(outputs)
+        chunks = [items[start : start + self.exact_rows] for start in range(0, len(items), self.exact_rows)]
+        return np.concatenate([self._run_rows([(slot, [token]) for slot, token in chunk], rows=True).copy()
+                               for chunk in chunks])
 
     # -- generation -------------------------------------------------------------------------------
 
