@@ -17,7 +17,13 @@ def draft_length(text: str) -> int:
 
 
 def bench_k(text: str) -> str:
-    """`bench --k`: 'auto' (the controller's choice) or a fixed draft length."""
+    """`bench --k`: 'auto' (the controller's choice), 'auto:N' (the controller's choice up to N instead
+    of SPEC_K_MAX), or a fixed draft length."""
+    if text.startswith("auto:"):
+        ceiling = draft_length(text[5:])
+        if ceiling == 0:
+            raise argparse.ArgumentTypeError("auto:N needs N from 1")
+        return f"auto:{ceiling}"
     return text if text == "auto" else str(draft_length(text))
 
 

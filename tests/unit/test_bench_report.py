@@ -195,3 +195,18 @@ def test_speed_ups_leave_out_the_wait_for_the_first_token() -> None:
     no_first_token = AnswerStats(mode="standard", target="t", output_tokens=40, total_seconds=2.0)
     no_first_token.finish(2.0)
     assert decode_rate(no_first_token) == 20.0  # unknown (an older run): tokens/s of the whole answer
+
+
+def test_bench_k_reads_auto_a_ceiling_or_a_fixed_k_and_llama_server_gets_only_its_own_kinds() -> None:
+    import argparse
+
+    from utils.arguments import bench_k
+    from utils.bench.runner import BenchConfig
+
+    assert [bench_k(text) for text in ("auto", "auto:16", "4")] == ["auto", "auto:16", "4"]
+    for wrong in ("auto:0", "auto:17", "auto:x", "17"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bench_k(wrong)
+    config = BenchConfig(prompts_file=Path("p"), target="t", drafters=["suffix"], ks=["auto", "auto:16"], native=True)
+    assert config.configurations() == [(PROJECT, "none", "0"), (PROJECT, "suffix", "auto"), (PROJECT, "suffix",
+                                       "auto:16"), (NATIVE, "none", "0"), (NATIVE, "suffix", "auto")]

@@ -39,7 +39,7 @@ from utils.embedded.runtime.loaded import DEFAULT_NUM_CTX
 from utils.embedded.store.models import ModelStore, normalize_name
 from utils.engine.answer import collect
 from utils.engine.client import OllamaClient
-from utils.engine.decoder import build_decoder
+from utils.engine.decoder import SpeculativeDecoder, build_decoder
 from utils.engine.drafters import NONE as STANDARD
 from utils.engine.drafters import model_free_drafters
 from utils.engine.request import GenerationRequest
@@ -68,8 +68,9 @@ class BenchConfig:
         """(engine, drafter, k) triples, each engine's standard first."""
         speculative = [(d, k) for d in self.drafters if d != STANDARD for k in self.ks]
         configurations = [(PROJECT, STANDARD, "0")] + [(PROJECT, d, k) for d, k in speculative]
-        if self.native:  # K = 0 would be llama-server's plain decoding again
-            configurations += [(NATIVE, STANDARD, "0")] + [(NATIVE, d, k) for d, k in speculative if k != "0"]
+        if self.native:  # K = 0 would be llama-server's plain decoding again; auto:N is the project's
+            configurations += [(NATIVE, STANDARD, "0")] + [(NATIVE, d, k) for d, k in speculative
+                                                          if k != "0" and not k.startswith("auto:")]
         return configurations
 
 
@@ -216,14 +217,18 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     target, _ = servers(settings, config.host)
     data["server"] = {"url": target.url, "version": ".".join(map(str, await target.version())),
                       "embedded": await target.is_embedded()}
-    decoders = {}
+    decoders: dict[tuple[str, int], SpeculativeDecoder] = {}  # by (drafter, the controller's longest K)
+
+    def ceiling(k: str) -> int:  # `auto:N`: the controller chooses up to N
+        return int(k[5:]) if k.startswith("auto:") else settings.engine.k_max
     anchors: dict[tuple[str, str], NativeServer] = {}
     raw_prompts: dict[str, str] = {}
     try:
-        for engine, drafter, _ in config.configurations():  # load every model before anything is timed
-            if engine == PROJECT and drafter not in decoders:
-                decoders[drafter] = await build_decoder(settings.engine, target, config.target, drafter)
-                await collect(decoders[drafter], GenerationRequest(prompt="Hello", max_tokens=4, k=2))
+        for engine, drafter, k in config.configurations():  # load every model before anything is timed
+            if engine == PROJECT and (drafter, ceiling(k)) not in decoders:
+                decoder = await build_decoder(settings.engine.replace(k_max=ceiling(k)), target, config.target, drafter)
+                decoders[drafter, ceiling(k)] = decoder
+                await collect(decoder, GenerationRequest(prompt="Hello", max_tokens=4, k=2))
         if config.native:
             raw_prompts = await _raw_prompts(target, config, settings, prompts)
             stopping = threading.Event()
@@ -248,9 +253,9 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                     request = GenerationRequest(
                         prompt=prompt["prompt"], messages=messages, raw=not prompt.get("chat", True),
                         max_tokens=max_tokens, options=SamplingOptions(temperature=config.temperature, seed=repeat),
-                        k=None if k == "auto" else int(k),
+                        k=None if k.startswith("auto") else int(k),
                     )
-                    result = await collect(decoders[drafter], request)
+                    result = await collect(decoders[drafter, ceiling(k)], request)
                 else:
                     raw = (await target.render_chat(config.target, messages, settings.engine.context_options())
                            if messages else raw_prompts[prompt["id"]])
@@ -263,8 +268,9 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                                      **({"user": prompt["prompt"], **turn} if turn else {}),
                                      **{key: result[key] for key in ("llama_timings",) if key in result}})
                 _save(results_path, data)
-            if config.temperature == 0 and STANDARD in decoders and "self_consistency" not in data:
-                data["self_consistency"] = await _self_consistency(decoders[STANDARD], config, prompts, data)
+            standard = decoders.get((STANDARD, settings.engine.k_max))
+            if config.temperature == 0 and standard is not None and "self_consistency" not in data:
+                data["self_consistency"] = await _self_consistency(standard, config, prompts, data)
                 _save(results_path, data)
         if progress:
             progress(len(plan), len(plan), "done")
