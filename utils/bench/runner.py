@@ -226,7 +226,9 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     try:
         for engine, drafter, k in config.configurations():  # load every model before anything is timed
             if engine == PROJECT and (drafter, ceiling(k)) not in decoders:
-                decoder = await build_decoder(settings.engine.replace(k_max=ceiling(k)), target, config.target, drafter)
+                # Each configuration learns from its own answers only (a suffix tree is shared per scope).
+                decoder = await build_decoder(settings.engine.replace(k_max=ceiling(k)), target, config.target,
+                                              drafter, scope=f"bench {drafter} {ceiling(k)}")
                 decoders[drafter, ceiling(k)] = decoder
                 await collect(decoder, GenerationRequest(prompt="Hello", max_tokens=4, k=2))
         if config.native:

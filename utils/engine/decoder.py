@@ -390,11 +390,10 @@ class SpeculativeDecoder:
 
 
 async def build_decoder(config: EngineConfig, target: Target, target_model: str, drafter_choice: str,
-                        draft_server: Target | None = None) -> SpeculativeDecoder:
-    """A decoder for `drafter_choice`: "none" (standard), a drafter's kind ("lookup"), or a draft model.
-
-    Raises ServerError with the server's message for a missing target or draft model.
-    """
+                        draft_server: Target | None = None, scope: str = "") -> SpeculativeDecoder:
+    """A decoder for `drafter_choice`: "none" (standard), a drafter's kind ("lookup"), or a draft model;
+    `scope`: what a drafter learns from earlier answers is shared only within it (DraftSetup.scope).
+    Raises ServerError with the server's message for a missing target or draft model."""
     await target.show(target_model)  # fails early, with Ollama's message, for an unknown target
-    setup = DraftSetup(target=target, target_model=target_model, draft_server=draft_server or target, config=config)
+    setup = DraftSetup(target, target_model, draft_server or target, config, scope)
     return SpeculativeDecoder(target, target_model, await build_drafter(drafter_choice, setup), config)

@@ -63,6 +63,10 @@ class DraftSetup:
     target_model: str
     draft_server: Target  # where a draft model is served: the target's server unless told otherwise
     config: EngineConfig
+    # Drafters that learn from earlier answers (suffix) share what they learned per target and scope:
+    # "" for the whole process; a benchmark gives each configuration its own, so that one configuration
+    # does not draft from another's answer to the same prompt.
+    scope: str = ""
 
 
 class Drafter:

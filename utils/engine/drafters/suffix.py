@@ -150,7 +150,7 @@ class SuffixDrafter(Drafter):
     @classmethod
     async def create(cls, choice: str, setup: DraftSetup) -> SuffixDrafter:
         _, pieces = await vocabulary(setup.target, setup.target_model)
-        return cls(pieces, f"{setup.target.url} {setup.target_model}")
+        return cls(pieces, f"{setup.target.url} {setup.target_model}" + (f" ({setup.scope})" if setup.scope else ""))
 
     async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
         if k <= 0:
