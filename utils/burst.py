@@ -5,7 +5,8 @@ together under `id`. The embedded server then evaluates exactly those requests t
 guessing from arrival times how many more are coming (a guess that either waits for requests that
 never come or splits a burst that arrives slowly on a busy machine). Other servers ignore the header.
 
-`X-Speculation: off` (below) asks a speculating server for standard generation.
+`X-Speculation: off` (below) asks a speculating server for standard generation, and
+`X-Speculation-Events: on` for the engine's events of an answer made in it (utils/proxy/event_stream.py).
 """
 
 from __future__ import annotations
@@ -41,6 +42,15 @@ def parse(value: str | None) -> tuple[str, int] | None:
 # proxy and by `cli.py serve`. The engine sends it on every request of its own: each is one piece of
 # an answer it is already making (a verification, a draft, a standard segment).
 NO_SPECULATION = {"x-speculation": "off"}
+
+
+# `X-Speculation-Events: on`: the answer's engine events, made with the settings of the headers below.
+EVENTS = "x-speculation-events"
+DRAFTER, DRAFT_K, P_MIN, DRAFT_TOP_K = (f"x-speculation-{name}" for name in ("drafter", "k", "p-min", "draft-top-k"))
+
+
+def events_asked(headers: Mapping[str, str]) -> bool:
+    return headers.get(EVENTS, "").strip().lower() == "on"
 
 
 def opted_out(headers: Mapping[str, str] | list[tuple[bytes, bytes]]) -> bool:

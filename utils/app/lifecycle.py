@@ -116,7 +116,7 @@ class AppServer:
         if not ModelStore(self.settings.models_dir).installed():
             raise HostError("no OLLAMA_HOST and no bundled model installed: run `python cli.py models install`")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.embedded = self._launch(EmbeddedServer(log_path=self.log_path, speculation=True))
+        self.embedded = self._launch(self._server())
         atexit.register(lambda: self.embedded and self.embedded.stop())
 
     def _restart(self, why: str) -> None:
@@ -125,15 +125,19 @@ class AppServer:
         assert self.embedded is not None
         port = self.embedded.port
         try:
-            self.embedded = self._launch(EmbeddedServer(port=port, log_path=self.log_path, speculation=True))
+            self.embedded = self._launch(self._server(port))
         except HostError:
             try:
-                self.embedded = self._launch(EmbeddedServer(log_path=self.log_path, speculation=True))
+                self.embedded = self._launch(self._server())
             except HostError as error:
                 self.restarts.append(Restart(datetime.now(), why, ok=False))
                 raise EmbeddedServerDown(f"the embedded server this app started {why}, and starting it again "
                                          f"failed: {error}") from None
         self.restarts.append(Restart(datetime.now(), why, ok=True))
+
+    def _server(self, port: int | None = None) -> EmbeddedServer:
+        """`cli.py serve` with speculation on: the app's answers are made by the engine in it."""
+        return EmbeddedServer(port=port, log_path=self.log_path, speculation=True)
 
     def _launch(self, server: EmbeddedServer) -> EmbeddedServer:
         try:

@@ -17,7 +17,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from utils.burst import NO_SPECULATION, announce
+from utils.burst import EVENTS, NO_SPECULATION, announce
 from utils.engine.target import (
     Chunk,
     ContextFull,
@@ -203,7 +203,7 @@ class OllamaClient:
         """An answer made by the engine in a speculating server (`cli.py serve`), event by event: the
         `speculative_event` objects it streams when asked with `headers` (utils/proxy/event_stream.py)."""
         path = "/api/chat" if chat else "/api/generate"
-        async for message in self._stream(path, {**body, "stream": True}, {**headers, "x-speculation-events": "on"}):
+        async for message in self._stream(path, {**body, "stream": True}, {**headers, EVENTS: "on"}):
             if "speculative_event" not in message:
                 raise ServerError(f"{self.url}{path} did not stream the engine's events (X-Speculation-Events)",
                                   None, self.host)

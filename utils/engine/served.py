@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Protocol
 
+from utils.burst import DRAFT_K, DRAFT_TOP_K, DRAFTER, P_MIN
 from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
 from utils.engine.decoder import build_decoder
@@ -33,9 +34,8 @@ class ServedDecoder:
         self.server, self.target_model, self.drafter, self.config = server, target_model, drafter, config
 
     def headers(self, request: GenerationRequest) -> dict[str, str]:
-        return {"x-speculation-drafter": self.drafter, "x-speculation-p-min": str(self.config.p_min),
-                "x-speculation-draft-top-k": str(self.config.draft_top_k),
-                **({"x-speculation-k": str(request.k)} if request.k is not None else {})}
+        return {DRAFTER: self.drafter, P_MIN: str(self.config.p_min), DRAFT_TOP_K: str(self.config.draft_top_k),
+                **({DRAFT_K: str(request.k)} if request.k is not None else {})}
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Event]:
         """The answer's events, as the server's engine made them. A failure is the GenerationError the

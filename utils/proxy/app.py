@@ -23,10 +23,10 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from utils.api import openai
 from utils.api.cors import add_cors
 from utils.api.http import MAX_BODY_BYTES, NDJSON, json_response
-from utils.burst import opted_out
+from utils.burst import events_asked, opted_out
 from utils.engine.events import GenerationError
 from utils.proxy import answers
-from utils.proxy.event_stream import event_answer, events_asked
+from utils.proxy.event_stream import event_answer
 from utils.proxy.forward import Inner, forward
 from utils.proxy.routing import Forward
 from utils.proxy.serving import ProxyConfig, ProxyState, Refused, decide

@@ -21,7 +21,6 @@ a request that is not streamed. A failure after the first line ends the stream w
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -30,18 +29,13 @@ from pydantic import ValidationError
 from starlette.responses import Response, StreamingResponse
 
 from utils.api.http import NDJSON, json_response, ndjson_line
+from utils.burst import DRAFT_K, DRAFT_TOP_K, DRAFTER, P_MIN
 from utils.engine.config import K_LIMIT, EngineConfig
+from utils.engine.drafters import NONE
 from utils.engine.events import DoneEvent, Event, GenerationError, to_wire
 from utils.errors import SpecError
 from utils.proxy.routing import Speculation, plan
 from utils.proxy.serving import ProxyState
-
-EVENTS = "x-speculation-events"
-NONE = "none"
-
-
-def events_asked(headers: Mapping[str, str]) -> bool:
-    return headers.get(EVENTS, "").strip().lower() == "on"
 
 
 @dataclass
@@ -55,13 +49,13 @@ class Asked:
 
 def asked(headers: Mapping[str, str], engine: EngineConfig) -> Asked:
     """The answer's settings from its headers; ValueError with a sentence for one that is not valid."""
-    drafter = headers.get("x-speculation-drafter", "").strip() or None
-    k_text = headers.get("x-speculation-k", "").strip()
+    drafter = headers.get(DRAFTER, "").strip() or None
+    k_text = headers.get(DRAFT_K, "").strip()
     if k_text and not (k_text.isdigit() and int(k_text) <= K_LIMIT):
         raise ValueError(f"X-Speculation-K must be a whole number from 0 to {K_LIMIT}, not {k_text!r}")
     try:
-        p_min = float(headers["x-speculation-p-min"]) if "x-speculation-p-min" in headers else None
-        top_k = int(headers["x-speculation-draft-top-k"]) if "x-speculation-draft-top-k" in headers else None
+        p_min = float(headers[P_MIN]) if P_MIN in headers else None
+        top_k = int(headers[DRAFT_TOP_K]) if DRAFT_TOP_K in headers else None
         engine = engine.replace(p_min=p_min, draft_top_k=top_k)
     except (ValueError, ValidationError) as error:
         raise ValueError(f"X-Speculation-P-Min (0 to 1) or X-Speculation-Draft-Top-K (1 to 20) is not valid: "
@@ -92,9 +86,8 @@ async def event_answer(state: ProxyState, body: Any, chat: bool, headers: Mappin
         decoder = await state.decoder(job.model, drafter, wanted.engine)
         stream = decoder.stream(job.request)
         first = await anext(stream)
-    except SpecError as error:
-        cause = error.cause if isinstance(error, GenerationError) else error
-        return json_response({"error": error.message}, (cause and cause.status) or error.status or 500)
+    except SpecError as error:  # a GenerationError has its cause's status
+        return json_response({"error": error.message}, error.status or 500)
 
     async def lines() -> AsyncIterator[bytes]:
         event: Event = first
@@ -102,16 +95,12 @@ async def event_answer(state: ProxyState, body: Any, chat: bool, headers: Mappin
             while True:
                 yield ndjson_line({"speculative_event": to_wire(event)})
                 if isinstance(event, DoneEvent):
-                    state.metrics.observe_answer(client, endpoint, event.stats)
-                    if job.keep_alive is not None:
-                        asyncio.get_running_loop().create_task(
-                            state.keep_alive(job.model, job.keep_alive, job.request.options))
+                    state.answered(job, client, endpoint, event.stats)
                 event = await anext(stream)
         except StopAsyncIteration:
             return
         except GenerationError as error:
-            status = error.cause.status if error.cause is not None else error.status
-            yield ndjson_line({"error": error.message, "status": status or 500})
+            yield ndjson_line({"error": error.message, "status": error.status or 500})
         finally:  # a client that left (the app's Stop): the engine's streams close, and the slot is freed
             await stream.aclose()
 

@@ -46,9 +46,9 @@ class SpeculatingFront:
         self.about = {**about, "speculation_events": True}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        route = ROUTES.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
         if scope["type"] == "http" and (scope["method"], scope["path"]) == ("GET", "/api/version"):
             return await json_response(self.about)(scope, receive, send)  # whoever asks, opted out or not
+        route = ROUTES.get((scope["method"], scope["path"])) if scope["type"] == "http" else None
         if route is None or opted_out(scope["headers"]):
             return await self.app(scope, receive, send)
         scope["speculation"] = self.state  # read by the proxy's routes (app.state_of)

@@ -24,6 +24,7 @@ from utils.engine.drafters import Drafter
 from utils.engine.events import GenerationError
 from utils.engine.planning import Plan
 from utils.engine.request import GenerationRequest
+from utils.engine.stats import AnswerStats
 from utils.engine.target import ContextFull, Target
 from utils.errors import SpecError
 from utils.proxy import answers
@@ -81,33 +82,35 @@ class ProxyState:
                                    timeout=engine.draft_timeout) if config.draft_host else self.target)
         # The key is the proxy's, not upstream's: it is not sent on.
         self.drop = frozenset({"authorization"}) if config.api_key else frozenset()
-        self._drafters: dict[str, Drafter | None] = {}
-        self._chosen: dict[tuple[str, str, float, int, int], Drafter | None] = {}
+        # One drafter per (model, drafter choice, draft settings), built on first use.
+        self._drafters: dict[tuple[str, str, float, int, int], Drafter | None] = {}
         self._lock = asyncio.Lock()
 
     async def planned(self, model: str, request: GenerationRequest) -> tuple[SpeculativeDecoder, Plan]:
         """The decoder of `model` and its plan for `request`. A drafter is built on the first answer that
         could be speculated at all: a thinking answer or a grammar never loads a draft model."""
-        engine = self.config.engine
-        decoder = SpeculativeDecoder(self.target, model, self._drafters.get(model), engine)
+        engine, drafter = self.config.engine, self.config.pairs[model]
+        decoder = SpeculativeDecoder(self.target, model, self._drafters.get(_key(model, drafter, engine)), engine)
         answer_plan = await decoder.plan(request)
-        if model in self._drafters or answer_plan.standard:
+        if _key(model, drafter, engine) in self._drafters or answer_plan.standard:
             return decoder, answer_plan
-        async with self._lock:
-            if model not in self._drafters:  # build_decoder answers Ollama's own 404 for an unknown model
-                built = await build_decoder(engine, self.target, model, self.config.pairs[model], self.draft)
-                self._drafters[model] = built.drafter
-        decoder = SpeculativeDecoder(self.target, model, self._drafters[model], engine)
+        decoder = await self.decoder(model, drafter, engine)
         return decoder, await decoder.plan(request)
 
     async def decoder(self, model: str, drafter: str, engine: EngineConfig) -> SpeculativeDecoder:
-        """A decoder of `model` with `drafter` ("none": standard) and `engine`'s draft settings, as an
-        answer asked for them (event_stream.py); each choice's drafter is built once."""
-        key = (model, drafter, engine.p_min, engine.draft_top_k, engine.n_min)
+        """A decoder of `model` with `drafter` ("none": standard) and `engine`'s draft settings (the
+        pair's, or as an answer asked for them: event_stream.py); each choice's drafter is built once."""
+        key = _key(model, drafter, engine)
         async with self._lock:
-            if key not in self._chosen:  # build_decoder answers Ollama's own 404 for an unknown model
-                self._chosen[key] = (await build_decoder(engine, self.target, model, drafter, self.draft)).drafter
-        return SpeculativeDecoder(self.target, model, self._chosen[key], engine)
+            if key not in self._drafters:  # build_decoder answers Ollama's own 404 for an unknown model
+                self._drafters[key] = (await build_decoder(engine, self.target, model, drafter, self.draft)).drafter
+        return SpeculativeDecoder(self.target, model, self._drafters[key], engine)
+
+    def answered(self, job: Speculation, client: str, endpoint: str, stats: AnswerStats) -> None:
+        """A speculated answer is complete: counted in the metrics, and its keep_alive passed on."""
+        self.metrics.observe_answer(client, endpoint, stats)
+        if job.keep_alive is not None:
+            asyncio.get_running_loop().create_task(self.keep_alive(job.model, job.keep_alive, job.request.options))
 
     async def keep_alive(self, model: str, keep_alive: Any, options: dict[str, Any]) -> None:
         """The model's residency is upstream's: the request is passed on, with the answer's options
@@ -123,6 +126,10 @@ class ProxyState:
         await self.target.aclose()
         if self.draft is not self.target:
             await self.draft.aclose()
+
+
+def _key(model: str, drafter: str, engine: EngineConfig) -> tuple[str, str, float, int, int]:
+    return model, drafter, engine.p_min, engine.draft_top_k, engine.n_min
 
 
 def _forwarded(answer_plan: Plan) -> Forward | None:
@@ -158,9 +165,5 @@ async def decide(state: ProxyState, body: Any, chat: bool, client: str, endpoint
         async for event in stream:
             yield event
 
-    def done(stats) -> None:
-        state.metrics.observe_answer(client, endpoint, stats)
-        if job.keep_alive is not None:
-            asyncio.get_running_loop().create_task(state.keep_alive(job.model, job.keep_alive, job.request.options))
-
-    return Started(job, answers.messages(job.model, chat, replay(), done))
+    return Started(job, answers.messages(job.model, chat, replay(),
+                                         lambda stats: state.answered(job, client, endpoint, stats)))
