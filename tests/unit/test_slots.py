@@ -1,9 +1,12 @@
-"""Which idle slot a request gets (utils/embedded/runtime/slots.py `idle_slot`), on exact small caches."""
+"""Which idle slot a request gets (utils/embedded/runtime/slots.py `idle_slot`) and how a nested group is
+tokenized (`tokenize_group`), on exact small caches."""
 
 from __future__ import annotations
 
-from utils.embedded.runtime.cache import TokenCache
-from utils.embedded.runtime.slots import Slot, idle_slot
+from utils.embedded.runtime.cache import Prefix, TokenCache
+from utils.embedded.runtime.jobs import Job
+from utils.embedded.runtime.slots import Slot, idle_slot, tokenize_group
+from utils.sampling import SamplingOptions
 
 SYSTEM = b"<|system|>You are a helpful assistant.<|end|>"
 
@@ -42,3 +45,29 @@ def test_with_no_match_the_slot_used_longest_ago_goes_first_and_a_busy_one_never
     assert idle_slot([a, b], b"unrelated prompt") is a
     a.answer = object()  # type: ignore[assignment]
     assert idle_slot([a, b], b"unrelated prompt") is None
+
+
+def test_a_nested_group_s_prompts_are_prefixes_of_one_token_list_that_no_later_prompt_changes() -> None:
+    """A validator burst's prompts, each the one before plus a drafted piece: every job's tokens are
+    what tokenizing its prompt alone gives, held as prefixes of one list (no copy per prompt)."""
+    words = [b"def", b" add", b"(a", b", b", b"):", b" return"]
+    pieces = [b"<s>", *words]
+
+    def tokenize(text: bytes, bos: bool) -> list[int]:  # greedy longest match over the pieces above
+        out = [0] if bos else []
+        while text:
+            token = max((i for i in range(1, len(pieces)) if text.startswith(pieces[i])), key=lambda i: len(pieces[i]))
+            out.append(token)
+            text = text[len(pieces[token]):]
+        return out
+
+    cache = TokenCache(pieces, tokenize, adds_bos=True, bos=0)
+    prompts = [b"".join(words[:n]) for n in (3, 4, 4, 5, 6)]  # the third adds nothing to the second
+    jobs = [Job(prompt, SamplingOptions(temperature=0.0), 1, None, on_token=print, on_done=print) for prompt in prompts]
+    groups = tokenize_group(Slot(seq=0, cache=cache), jobs)
+    assert [[job.prompt for job in group] for group in groups] == [prompts[:2], prompts[2:]]
+    for job in jobs:
+        assert list(job.tokens) == tokenize(job.prompt, True) and len(job.tokens) == len(tokenize(job.prompt, True))
+    assert jobs[0].tokens[1:] == [1, 2, 3] and jobs[0].tokens[-2] == 2 and jobs[0].tokens[-1] == 3
+    assert jobs[4].tokens == [0, 1, 2, 3, 4, 5, 6]
+    assert isinstance(jobs[0].tokens, Prefix) and jobs[0].tokens.items is jobs[4].tokens.items  # shared, not copied

@@ -121,14 +121,21 @@ class InProcessTarget:
 
     # -- every round: runner jobs ------------------------------------------------------------------
 
-    def _parsed(self, options: dict[str, Any]) -> Options:
-        key = repr(sorted(options.items()))
-        parsed = self._options.get(key)
+    def _parsed(self, options: dict[str, Any], num_predict: int | None = None) -> Options:
+        """`options`, with `num_predict` in place of its own if given, parsed once per distinct set.
+        The key keeps each value's type, so that 1, 1.0 and True are not one set."""
+        try:
+            key: object = (num_predict, tuple((name, value.__class__, value) for name, value in options.items()))
+            parsed = self._options.get(key)
+        except TypeError:  # an unhashable value (a list of stops): by its text
+            key = (num_predict, repr(sorted(options.items())))
+            parsed = self._options.get(key)
         if parsed is None:
             if len(self._options) >= 1024:  # sampled verifications send a seed per position
                 self._options.clear()
                 self._samplings.clear()
-            parsed = self._options[key] = Options.model_validate(options)
+            parsed = self._options[key] = Options.model_validate(
+                options if num_predict is None else {**options, "num_predict": num_predict})
         return parsed
 
     def _sampling(self, runner: ModelRunner, options: Options) -> SamplingOptions:
@@ -171,7 +178,7 @@ class InProcessTarget:
         with as little Python as will do (it runs on caches the last decode left cold): each option set
         is read once, and the jobs share one cancellation."""
         distinct = {id(each): each for each in options}  # a greedy validator sends one dict for every position
-        parsed = {key: self._parsed({**each, "num_predict": 1}) for key, each in distinct.items()}
+        parsed = {key: self._parsed(each, num_predict=1) for key, each in distinct.items()}
         runner = await self._runner(model, parsed[id(options[0])])
         sampling = {key: self._sampling(runner, each) for key, each in parsed.items()}
         loop = asyncio.get_running_loop()

@@ -90,7 +90,7 @@ def _cut(job: Job, num_ctx: int) -> None:
     keep = min(NUM_KEEP, num_ctx - 1)
     limit = num_ctx - max((num_ctx - keep) // 2, 1)  # Ollama's contextShiftPromptLimit
     before = len(job.tokens)
-    job.tokens = job.tokens[:keep] + job.tokens[before - (limit - keep):]
+    job.tokens = [*job.tokens[:keep], *job.tokens[before - (limit - keep):]]
     job.truncated_tokens = before - len(job.tokens)
     job.reuse, job.walked = min(job.reuse, keep), min(job.walked, keep)
     log(f"truncating input prompt: limit {limit}, prompt {before}, keep {keep}, new {len(job.tokens)}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,7 +89,7 @@ class Job:
     on_token: Callable[[TokenInfo], None]
     on_done: Callable[[Completion | RunnerError], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
-    tokens: list[int] = field(default_factory=list)
+    tokens: Sequence[int] = field(default_factory=list)  # a nested group's: Prefix (cache.py)
     reuse: int = 0  # leading tokens known to equal the cache as it was at `version`
     version: int = -1
     submitted: int = 0  # time.perf_counter_ns() when it was handed to the worker

@@ -69,7 +69,7 @@ class Residency:
         self.unload, self.busy = unload, busy
         self.default = default_keep_alive()
         self.last: dict[str, float] = {}  # time.monotonic()
-        self.last_wall: dict[str, datetime] = {}  # the same moment on the clock, for expires_at
+        self.last_wall: dict[str, float] = {}  # the same moment, time.time() (cheap per round), for expires_at
         self.keep: dict[str, float] = {}
         self.task: asyncio.Task | None = None
 
@@ -77,7 +77,7 @@ class Residency:
         """A request uses `name`: it stays `keep_alive` (validated here) after this moment."""
         self.keep[name] = keep_alive_seconds(keep_alive, self.default)
         self.last[name] = time.monotonic()
-        self.last_wall[name] = datetime.now(UTC)
+        self.last_wall[name] = time.time()
 
     def due(self, name: str) -> bool:
         """Unused for longer than its keep_alive (and than the grace after it was handed to a request)."""
@@ -93,7 +93,7 @@ class Residency:
     def expires_at(self, name: str) -> str:
         """When it unloads if unused (the same answer until it is used again, as in Ollama)."""
         keep = self.keep.get(name, self.default)
-        used = self.last_wall.get(name) or datetime.now(UTC)
+        used = datetime.fromtimestamp(self.last_wall.get(name) or time.time(), UTC)
         moment = used + timedelta(seconds=keep if keep != FOREVER else 292 * 365 * 86400)
         return moment.isoformat().replace("+00:00", "Z")
 

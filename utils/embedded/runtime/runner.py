@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 # On a CUDA build, loading llama.cpp's libraries after numpy's made every model load segfault (seen
@@ -228,7 +229,7 @@ class ModelRunner:
         riders = [answer for answer in self.answers if not answer.job.cancelled.is_set()]
         return riders if count + len(riders) <= self.exact_rows else []
 
-    def _evaluate(self, slot: Slot, tokens: list[int], first_row: int, hint: int = 0,
+    def _evaluate(self, slot: Slot, tokens: Sequence[int], first_row: int, hint: int = 0,
                   copy: bool = True, riders: list[Answer] | None = None) -> np.ndarray:
         """Bring the slot's sequence to `tokens` and return the logits of positions first_row..end.
 
@@ -250,7 +251,7 @@ class ModelRunner:
             return self._decode_with(slot, tokens[first_row:], riders, copy)
         return self._decode(slot, tokens[first_row:], rows=True, copy=copy)
 
-    def _run_rows(self, parts: list[tuple[Slot, list[int]]], rows: bool) -> np.ndarray:
+    def _run_rows(self, parts: list[tuple[Slot, Sequence[int]]], rows: bool) -> np.ndarray:
         """One llama_decode of each slot's tokens after its cached ones, which its cache then holds;
         with `rows`, the logits of every row in order (a view of llama.cpp's buffer, valid until the
         next decode)."""
@@ -267,13 +268,13 @@ class ModelRunner:
             slot.cache.extend(more)
         return block
 
-    def _decode_with(self, slot: Slot, tokens: list[int], riders: list[Answer], copy: bool) -> np.ndarray:
+    def _decode_with(self, slot: Slot, tokens: Sequence[int], riders: list[Answer], copy: bool) -> np.ndarray:
         """`tokens` after the slot's cache and each rider's next token after its own, in one decode:
         the logits of every row, the slot's first."""
         block = self._run_rows([(slot, tokens), *((answer.slot, [answer.next]) for answer in riders)], rows=True)
         return block.copy() if copy else block
 
-    def _decode(self, slot: Slot, tokens: list[int], rows: bool, copy: bool = True) -> np.ndarray:
+    def _decode(self, slot: Slot, tokens: Sequence[int], rows: bool, copy: bool = True) -> np.ndarray:
         """Evaluate `tokens` after the slot's cache; with `rows`, return the logits of each (else of none)."""
         size = self.exact_rows if rows else self.llama.n_batch
         outputs = []

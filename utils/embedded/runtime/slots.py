@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from utils.embedded.runtime.cache import TokenCache, common_bytes
+from utils.embedded.runtime.cache import Prefix, TokenCache, common_bytes
 from utils.embedded.runtime.jobs import Job, RunnerError
 
 
@@ -83,8 +83,8 @@ def tokenize_group(slot: Slot, group: list[Job]) -> list[list[Job]]:
                 job.tokens = cache.after(last.tokens, job.prompt, len(last.prompt))
                 job.reuse, job.version, job.walked = last.reuse, last.version, last.walked
             else:
-                job.tokens, job.reuse = cache.tokenize(job.prompt)
-                job.version, job.walked = cache.version, len(job.tokens)
+                tokens, job.reuse = cache.tokenize(job.prompt)
+                job.tokens, job.version, job.walked = Prefix(tokens), cache.version, len(tokens)
         except Exception as error:  # noqa: BLE001 - reported to the client, never raised here
             job.on_done(RunnerError(f"could not tokenize the prompt: {error}", 400))
             continue
