@@ -58,7 +58,9 @@ def test_the_tables_parse_and_add_up(printed):
         assert re.search(rf"^  the same as {k + 1} requests\s+\d+\.\d+\s+\d+\.\d+\s+-?\d+\.\d+$", printed, re.M)
     for label, (wall, engine, outside) in rows.items():
         assert wall > 0 and engine > 0, label
-        assert outside == pytest.approx(wall - engine, abs=0.011), label  # the difference of the two columns
+        # Each round's wall time less its own engine time, their median: within the request, and not
+        # far from the difference of the two medians (a decode's time varies between rounds).
+        assert -0.011 <= outside <= wall and outside == pytest.approx(wall - engine, abs=max(0.5, 0.1 * wall)), label
         assert engine <= wall + 0.01, f"{label}: the engine cannot take longer than the request"
     single = rows["one-token request, extending the cache"][2]
     for k in KS:
@@ -124,5 +126,5 @@ def test_the_in_process_path_is_measured_beside_http(server_url):
     assert set(rows) == expected, local  # no "as K+1 requests" rows: there are no requests
     for label, (wall, engine, outside) in rows.items():
         assert wall > 0 and engine > 0 and engine <= wall + 0.01, label
-        assert outside == pytest.approx(wall - engine, abs=0.011), label
+        assert -0.011 <= outside <= wall and outside == pytest.approx(wall - engine, abs=max(0.5, 0.1 * wall)), label
     assert len(tables) == 4 and set(lost) == set(RATES)

@@ -32,6 +32,10 @@ from utils.sampling import SamplingOptions
 URL = "in-process://embedded"  # names this server in the engine's caches
 
 
+def _unset(_: object) -> None:
+    raise AssertionError("the job's callbacks were not set")
+
+
 def _token(info: TokenInfo) -> Token:
     """As the HTTP path's logprobs read (answer.logprob_entry): bytes decoded, a partial character as U+FFFD."""
     return Token(info.piece.decode("utf-8", errors="replace"), info.logprob,
@@ -156,14 +160,16 @@ class InProcessTarget:
 
     @staticmethod
     def _job(runner: ModelRunner, prompt: str, sampling: SamplingOptions, num_predict: int, top_logprobs: int,
-             format: Any = None, **fields: Any) -> Job:
+             format: Any = None, on_token: Callable[[TokenInfo], None] = _unset,
+             on_done: Callable[[Completion | RunnerError], None] = _unset, cancelled: threading.Event | None = None,
+             burst: tuple[str, int] | None = None) -> Job:
         # As a raw /api/generate with `truncate: false` (the engine's requests, client.py): a prompt
         # past the context is refused, never cut. Without alternatives asked, no log-probability is
         # computed (a pass over the whole vocabulary per token, which the engine does not read then).
-        # `fields`: the rest of the Job (its callbacks; a burst's id and shared cancellation).
+        # A burst's jobs share one cancellation.
         job = Job(prompt.encode("utf-8", errors="surrogatepass"), sampling,
-                  num_predict if num_predict >= 0 else 1 << 30, top_logprobs or None,
-                  **{"on_token": _unset, "on_done": _unset, "truncate": False, **fields})
+                  num_predict if num_predict >= 0 else 1 << 30, top_logprobs or None, on_token, on_done,
+                  cancelled or threading.Event(), burst=burst, truncate=False)
         if format is not None:
             job.constraint = constraint_for(runner, format)
         return job
@@ -179,7 +185,8 @@ class InProcessTarget:
         is read once, and the jobs share one cancellation."""
         distinct = {id(each): each for each in options}  # a greedy validator sends one dict for every position
         parsed = {key: self._parsed(each, num_predict=1) for key, each in distinct.items()}
-        runner = await self._runner(model, parsed[id(options[0])])
+        first = parsed[id(options[0])]
+        runner = self.loaded.ready(model, first.num_ctx) or await self._runner(model, first)
         sampling = {key: self._sampling(runner, each) for key, each in parsed.items()}
         loop = asyncio.get_running_loop()
         finished: asyncio.Future[None] = loop.create_future()
@@ -252,10 +259,6 @@ class InProcessTarget:
                 yield Chunk(text, [_token(event)], None, 0)
         finally:
             job.cancelled.set()
-
-
-def _unset(_: object) -> None:
-    raise AssertionError("the job's callbacks were not set")
 
 
 def _message(data: bytes) -> str:

@@ -32,6 +32,8 @@ def gather(jobs: queue.Queue[Job | None], burst: list[Job], expected: int) -> in
     a little longer.
     """
     announced = burst[0].burst is not None
+    if announced:  # a burst made in process is queued whole (ModelRunner.submit_all): taken at once
+        burst += take_queued(jobs)
     started = time.monotonic()
     cap = started + BURST_MAX_SECONDS
     while not (announced and complete(burst)):
@@ -57,6 +59,16 @@ def gather(jobs: queue.Queue[Job | None], burst: list[Job], expected: int) -> in
             break
         burst.append(more)
     return expected if announced else len(burst)
+
+
+def take_queued(jobs: queue.Queue[Job | None]) -> list[Job]:
+    """The jobs queued now, under the queue's own lock (as its get() takes it), up to a request to
+    stop (None), which stays queued for the worker to see."""
+    taken: list[Job] = []
+    with jobs.mutex:
+        while jobs.queue and jobs.queue[0] is not None:
+            taken.append(jobs.queue.popleft())
+    return taken
 
 
 def complete(jobs: list[Job]) -> bool:

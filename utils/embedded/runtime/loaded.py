@@ -61,13 +61,20 @@ class LoadedModels:
             )
         return spec.name
 
+    def ready(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> ModelRunner | None:
+        """The common case of `get`, with no coroutine (the in-process target asks it every round):
+        the runner loaded under this very name with that context, nothing to check; else None."""
+        runner = self.runners.get(name)
+        if runner is None or runner.num_ctx != (num_ctx or _num_ctx(runner.parameters)) or self.lock.locked():
+            return None
+        self.residency.touch(name, keep_alive)
+        return runner
+
     async def get(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> tuple[ModelRunner, float]:
         """The loaded runner, with its Modelfile parameters in `runner.parameters`."""
-        runner = self.runners.get(name)
-        if runner is not None and runner.num_ctx == (num_ctx or _num_ctx(runner.parameters)) \
-                and not self.lock.locked():
-            self.residency.touch(name, keep_alive)
-            return runner, 0.0  # the common case: loaded under this very name, nothing to check
+        runner = self.ready(name, num_ctx, keep_alive)
+        if runner is not None:
+            return runner, 0.0
         name = self.resolve(name)
         self.residency.touch(name, keep_alive)  # an invalid keep_alive is a 400 before anything loads
         parameters = self.store.spec(name).parameters
