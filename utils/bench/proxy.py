@@ -7,10 +7,14 @@ is an embedded server that serves one request at a time (as Ollama with OLLAMA_N
 speculation cannot pay there, and the controller must bring the proxy back to standard speed.
 
     python cli.py bench-proxy [--model smollm2:135m] [--drafter lookup] [--no-batch]
-        [--limit 3] [--repeat 2] [--max-tokens 96] [--upstream http://127.0.0.1:11434] [--serve]
+        [--limit 3] [--repeat 2] [--max-tokens 96] [--upstream http://127.0.0.1:11434] [--serve] [--noise]
 
 With `--serve` there is no proxy: `cli.py serve` speculates inside the server (its in-process
 target), and "direct" is the same server asked with `X-Speculation: off` (standard generation).
+
+With `--noise` each prompt is also asked directly a second time, the three answers in rotated order,
+and the ratio of the second direct answer to the first is printed beside: how far one answer's ratio
+moves with nothing changed, against which "no answer below 0.97x" can be read.
 
 Beside the speeds it prints how many answers through the proxy were identical to the direct ones, and
 the server's self-consistency: how many direct answers were the same when the same request came again
@@ -74,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=96)
     parser.add_argument("--serve", action="store_true",
                         help="no proxy: cli.py serve speculating in process, against itself with X-Speculation: off")
+    parser.add_argument("--noise", action="store_true",
+                        help="also ask each prompt directly a second time, in the same rotation: the ratios one "
+                             "answer against another of the same kind give (the measurement's own spread)")
     args = parser.parse_args(argv)
     prompts = [json.loads(line) for line in (ROOT / "prompts" / "bench.jsonl").open()]
     chosen = [p for c in dict.fromkeys(p["category"] for p in prompts)
@@ -100,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             direct = ollama.Client(host=upstream.url, headers=NO_SPECULATION if args.serve else {})
             through = ollama.Client(host=url)
+            again = ollama.Client(host=upstream.url, headers=NO_SPECULATION if args.serve else {})
+            noise: list[float] = []  # direct again over direct: what one answer's ratio varies by alone
             for client in (direct, through):  # load the model; let the controller meet the server
                 _answer(client, args.model, chosen[0]["prompt"], 32)
             ratios: dict[str, list[float]] = {}
@@ -111,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
             for repeat in range(args.repeat):
                 for index, prompt in enumerate(chosen):
                     order = [direct, through] if (index + repeat) % 2 == 0 else [through, direct]
+                    if args.noise:  # each of the three first, second and third in turn
+                        order = [[direct, through, again], [through, again, direct],
+                                 [again, direct, through]][(index + repeat) % 3]
                     # The prompt evaluated once beforehand: whichever side goes first would otherwise
                     # pay for it alone (half a second for a long prompt here, against ~0.7 s of answer).
                     _answer(direct, args.model, prompt["prompt"], 1)
@@ -129,8 +141,12 @@ def main(argv: list[str] | None = None) -> int:
                     for side, client in (("direct", direct), ("through", through)):
                         seconds[side] += answers[id(client)][1]
                     by_mode.setdefault(mode, []).append(ratio)
+                    if args.noise:
+                        noise.append(speed[id(again)] / speed[id(direct)] if speed[id(direct)] else float("nan"))
+                    extra = f"; direct again {speed[id(again)]:6.1f} tok/s, ratio {noise[-1]:.2f}" if args.noise else ""
                     print(f"  {prompt['id']:12} #{repeat + 1}: direct {speed[id(direct)]:6.1f} tok/s, "
-                          f"through the proxy {speed[id(through)]:6.1f} tok/s ({mode}), ratio {ratio:.2f}", flush=True)
+                          f"through the proxy {speed[id(through)]:6.1f} tok/s ({mode}), ratio {ratio:.2f}{extra}",
+                          flush=True)
             counts = httpx.get(f"{url}/metrics").text
         finally:
             if process is not None:
@@ -147,6 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {category:10} {statistics.median(values):.2f}x {_quartiles(values)}  n={len(values)}")
     for mode, values in sorted(by_mode.items()):
         print(f"  {mode:10} {statistics.median(values):.2f}x {_quartiles(values)}  n={len(values)}")
+    below = sum(r < 0.97 for r in everything)
+    print(f"  answers below 0.97x: {below} of {len(everything)}"
+          + (f"; direct again over direct (the measurement's own spread): {statistics.median(noise):.2f}x "
+             f"{_quartiles(noise)}, {sum(r < 0.97 for r in noise)} of {len(noise)} below 0.97x" if noise else ""))
     print(f"  the whole run, as time spent answering: {seconds['direct'] / seconds['through']:.3f}x "
           f"({seconds['direct']:.1f} s direct, {seconds['through']:.1f} s through the proxy)")
     print(f"  identical to the direct answer: {sum(identical)} of {len(identical)}; the server's self-consistency "

@@ -207,8 +207,9 @@ class InProcessTarget:
         runner.submit_all(jobs)
         try:
             await finished
-        finally:
+        except BaseException:  # the answer was left (its task cancelled): the jobs not done stop
             cancelled.set()
+            raise
         steps = []
         for info, end in zip(tokens, ends):
             if isinstance(end, RunnerError):
