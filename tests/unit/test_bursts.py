@@ -89,6 +89,19 @@ def test_the_stop_signal_is_left_for_the_worker():
     assert gathered == gathered[:1] and jobs.get_nowait() is None
 
 
+def test_a_burst_queued_whole_is_taken_at_once_up_to_a_stop_which_stays():
+    """An in-process burst is queued whole (ModelRunner.submit_all): its jobs are taken under one lock,
+    with no wait, and a request to stop queued after them is left for the worker."""
+    announced = ("e", 3)
+    rest, later = [job(announced), job(announced)], job(("f", 1))
+    jobs: queue.Queue = queue.Queue()
+    for each in (*rest, None, later):
+        jobs.put(each)
+    gathered = [job(announced)]
+    bursts.gather(jobs, gathered, expected=1)
+    assert gathered[1:] == rest and jobs.get_nowait() is None and jobs.get_nowait() is later
+
+
 def test_header_round_trip_and_malformed_values():
     header = burst.announce(4)
     burst_id, size = burst.parse(header[burst.HEADER])
