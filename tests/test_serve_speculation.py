@@ -21,6 +21,7 @@ import ollama
 import openai
 import pytest
 
+from tests.support.embedded_api import COUNTING
 from tests.support.models import DRAFT, TARGET
 from utils.embedded.server import EmbeddedServer
 from utils.sampling import SamplingOptions, text_distribution
@@ -205,6 +206,26 @@ def test_sampled_answers_keep_the_target_distribution(served):
     cells = [(o, e) for o, e in zip(observed, wanted) if e > 0.5]
     chi2 = sum((o - e) ** 2 / e for o, e in cells)
     assert chi2 < CHI2_CRITICAL_001[len(cells) - 1], (chi2, seen, expected)
+
+
+def test_a_non_streamed_answer_stops_when_its_client_leaves(served):
+    """A client that times out on a whole (non-streamed) speculated answer stops it, as Ollama does.
+    Each of the answer's rounds is a use of the model, which moves its `expires_at` in `/api/ps`
+    (keep_alive counts from the last use): once the client has gone, it must stay where it is. Ran
+    on, the answer would use the model for its 3,000 tokens, a few seconds at the least."""
+    body = {"model": DRAFT, "prompt": COUNTING, "raw": True, "stream": False,
+            "options": {"temperature": 0, "num_predict": 3000}}
+    with pytest.raises(httpx.TimeoutException):
+        httpx.post(f"{served}/api/generate", json=body, timeout=1.0)
+
+    def expires() -> str:
+        models = httpx.get(f"{served}/api/ps", timeout=30).json()["models"]
+        return next(model["expires_at"] for model in models if model["name"] == DRAFT)
+
+    time.sleep(0.5)  # the round in flight when the client left ends
+    before = expires()
+    time.sleep(1.0)
+    assert expires() == before, "the model was still in use after the client had left"
 
 
 def expected_prefix(text: str, expected: dict[str, float]) -> list[str]:

@@ -142,8 +142,13 @@ async def _whole(request: Request, messages: AsyncIterator[dict[str, Any]]) -> t
 
 
 async def _closed(request: Request) -> None:
-    while not await request.is_disconnected():
-        await asyncio.sleep(0.05)
+    """Returns when the client has gone. Its body read, the next message the server gives is the
+    disconnect (uvicorn's when the connection closes, the in-process call's when its caller stops
+    reading), awaited rather than polled: `is_disconnected()` 20 times a second took about a tenth of
+    the event loop's busy time in a speculated answer (py-spy), mostly anyio describing the task it
+    cancels."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def passthrough(request: Request) -> Response:
