@@ -83,6 +83,17 @@ def now() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
+async def client_gone(request: Request) -> None:
+    """Returns when the client of `request`, whose body has been read, has gone: the next message the
+    server gives is then the disconnect (uvicorn's when the connection closes, an in-process call's
+    when its caller stops reading). Asking also resumes reading the connection, without which uvicorn
+    would not notice. Awaited, not polled: `is_disconnected()` 20 times a second took about a tenth of
+    the event loop's busy time in a speculated answer (py-spy), mostly anyio describing the task it
+    cancels."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 class BodyLimit:
     """ASGI middleware: request bodies over MAX_BODY_BYTES get 413, whether announced by Content-Length
     or sent chunked (read up to the limit, never further). POST bodies are read as JSON whatever their

@@ -22,7 +22,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from utils.api import openai
 from utils.api.cors import add_cors
-from utils.api.http import MAX_BODY_BYTES, NDJSON, json_response
+from utils.api.http import MAX_BODY_BYTES, NDJSON, client_gone, json_response
 from utils.burst import events_asked, opted_out
 from utils.engine.events import GenerationError
 from utils.proxy import answers
@@ -126,7 +126,7 @@ async def _whole(request: Request, messages: AsyncIterator[dict[str, Any]]) -> t
     """A non-streamed answer, joined. A client that goes away stops the work (the answer's generators
     are closed, which closes their upstream requests)."""
     work = asyncio.get_running_loop().create_task(answers.joined(messages))
-    watcher = asyncio.get_running_loop().create_task(_closed(request))
+    watcher = asyncio.get_running_loop().create_task(client_gone(request))
     try:
         await asyncio.wait({work, watcher}, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -139,16 +139,6 @@ async def _whole(request: Request, messages: AsyncIterator[dict[str, Any]]) -> t
         return work.result()
     except GenerationError as error:
         return json_response({"error": error.message}, error.status or 500)
-
-
-async def _closed(request: Request) -> None:
-    """Returns when the client has gone. Its body read, the next message the server gives is the
-    disconnect (uvicorn's when the connection closes, the in-process call's when its caller stops
-    reading), awaited rather than polled: `is_disconnected()` 20 times a second took about a tenth of
-    the event loop's busy time in a speculated answer (py-spy), mostly anyio describing the task it
-    cancels."""
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
 
 
 async def passthrough(request: Request) -> Response:

@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from utils import burst
-from utils.api.http import ApiError, LastLine, json_response, ndjson_line, ndjson_response, now
+from utils.api.http import ApiError, LastLine, client_gone, json_response, ndjson_line, ndjson_response, now
 from utils.api.schemas import Common
 from utils.embedded.http.text import TextAssembler
 from utils.embedded.http.thinking import ThinkingParser
@@ -100,13 +100,8 @@ def logprob_entry(info: TokenInfo) -> dict[str, Any]:
 
 async def _cancel_on_disconnect(request: Request, job: Job) -> None:
     """A client that gives up on a non-streaming answer stops its generation, as in Ollama."""
-    while not job.cancelled.is_set():
-        # The first look also resumes reading the connection, without which uvicorn would not
-        # notice that the client has gone.
-        if await request.is_disconnected():
-            job.cancelled.set()
-            return
-        await asyncio.sleep(0.2)
+    await client_gone(request)
+    job.cancelled.set()
 
 
 def job_for(body: Common, prompt: str) -> Job:

@@ -129,8 +129,10 @@ class TokenCache:
         copies of a K = 4 burst cost 45 us)."""
         if not tokens:
             return Prefix(self._tokenize(text, True))
-        shared = isinstance(tokens, Prefix) and len(tokens) == len(tokens.items)
-        items = tokens.items if isinstance(tokens, Prefix) and shared else list(tokens)
+        if isinstance(tokens, Prefix) and len(tokens) == len(tokens.items):
+            items = tokens.items
+        else:
+            items = list(tokens)
         rest = text[length:]
         if rest:
             items += self._tokenize(rest, False)
