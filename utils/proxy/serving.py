@@ -90,9 +90,10 @@ class ProxyState:
         """The decoder of `model` and its plan for `request`. A drafter is built on the first answer that
         could be speculated at all: a thinking answer or a grammar never loads a draft model."""
         engine, drafter = self.config.engine, self.config.pairs[model]
-        decoder = SpeculativeDecoder(self.target, model, self._drafters.get(_key(model, drafter, engine)), engine)
+        built = self._drafters.get(key := _key(model, drafter, engine))
+        decoder = SpeculativeDecoder(self.target, model, built, engine)
         answer_plan = await decoder.plan(request)
-        if _key(model, drafter, engine) in self._drafters or answer_plan.standard:
+        if key in self._drafters or answer_plan.standard:
             return decoder, answer_plan
         decoder = await self.decoder(model, drafter, engine)
         return decoder, await decoder.plan(request)
