@@ -159,13 +159,13 @@ class SpeculativeDecoder:
 
     def _choose_k(self, answer: AnswerState) -> int:
         """The next round's draft length: 0 without a drafter, after an empty round, or when the
-        controller finds that no K pays; never past the token limit or the room left in the context."""
+        controller finds that no K pays; never past the token limit, the room left in the context or
+        what the answer's loss budget affords (`AnswerState.affordable`)."""
         if answer.drafter is None or answer.short_segment:
             return 0
-        output = answer.output
-        limit = answer.context_limit
+        output, limit = answer.output, answer.context_limit
         room = limit - (answer.context_tokens + output.tokens) - 2 if limit and answer.context_tokens else 1 << 30
-        k = answer.controller.choose(min(output.remaining - 1, room))
+        k = answer.controller.choose(min(output.remaining - 1, room, answer.affordable(answer.after_segment)))
         if k and output.tokens == 0 and answer.controller.fixed_k is None:
             # The first token as fast as standard generation: a round would add a draft and K rows to the
             # prompt's evaluation (0.3 standard tokens each here). A fixed K is verified from the start.
@@ -179,7 +179,7 @@ class SpeculativeDecoder:
         It reads on past its length only to finish a character split over tokens, then closes the stream.
         """
         output, plan = answer.output, answer.plan
-        if answer.drafter is None or self._asks_every_token(answer):
+        if answer.drafter is None or answer.asks_every_token():
             tokens = output.remaining  # with a free drafter: until a draft pays (`_draft_pays`)
         else:
             tokens = 1 if answer.first_token else answer.controller.segment_tokens()
@@ -288,33 +288,29 @@ class SpeculativeDecoder:
         record = RoundRecord(k=k, drafted=len(draft), accepted=verdict.accepted,
                              emitted=answer.output.tokens - before, seconds=verified_at - round_started,
                              at_seconds=verified_at - answer.started)
+        answer.settle(record.emitted, record.seconds)
         answer.stats.observe_round(record, drafted_at - round_started, verified_at - drafted_at)
         yield RoundEvent(record, answer.stats)
         if not verdict.pieces and not verdict.ended:
             answer.short_segment, answer.resume_seed = True, verdict.resume_seed
-
-    def _asks_every_token(self, answer: AnswerState) -> bool:
-        """Whether the drafter is asked after every standard token: a free one (a proposal costs
-        microseconds) choosing its own lengths, once the standard speed it must beat is known."""
-        controller = answer.controller
-        return (answer.drafter is not None and answer.drafter.free and controller.fixed_k is None
-                and answer.plan.method is not None and controller.standard_seconds_per_token is not None)
 
     async def _draft_pays(self, answer: AnswerState) -> bool:
         """Whether a free drafter has, now, a draft worth verifying: the standard segment then ends, and
         the next round verifies it (`proposal`). So a copy of an earlier answer is verified from where
         it starts. A draft not worth it is kept (`unverified`) and graded once the target has written
         past it or contradicted it, so that what it was worth is learned all the same."""
-        if not self._asks_every_token(answer):
+        if not answer.asks_every_token():
             return False
         assert answer.drafter is not None
-        controller = answer.controller
         answer.grade_unverified()
-        draft = await answer.drafter.propose(answer.context, controller.k_max, GREEDY)
+        leaving = not self.target.drains  # a round here also waits for the closed stream's token
+        if not (affordable := answer.affordable(leaving)):
+            return False  # the answer's loss budget affords no verification: no draft is asked for either
+        draft = await answer.drafter.propose(answer.context, affordable, GREEDY)
         if not draft.pieces or len(draft.confidence) != len(draft):
             return False
-        if controller.cut(draft.confidence, leaving_segment=not self.target.drains, trust=answer.trust(),
-                          source=draft.source) > 0:
+        if answer.controller.cut(draft.confidence, leaving_segment=leaving, trust=answer.trust(),
+                                 source=draft.source) > 0:
             answer.proposal = draft
             return True
         if answer.unverified is None:
