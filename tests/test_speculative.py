@@ -373,3 +373,23 @@ async def test_an_answer_whose_loss_budget_is_spent_verifies_nothing(server_url,
     spent = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)
     assert spent["stats"]["drafts"] == 0 and all(r["k"] == 0 for r in spent["stats"]["rounds"]), spent["stats"]
     assert spent["text"] == budgeted["text"] == first["text"]
+
+
+async def test_an_answer_that_reaches_its_token_limit_asks_the_server_nothing_more(server_url, client, monkeypatch):
+    """A standard segment that reaches the token limit reads the server's closing message, which comes
+    at once and carries the prompt's size. It used to stop before it and ask the model for one more
+    token to learn that size: a token's time more than the direct answer, after the last text."""
+    asked: list[str] = []
+    real = OllamaClient.next_token
+
+    async def next_token(self, model, prompt, *args, **kwargs):
+        asked.append(prompt)
+        return await real(self, model, prompt, *args, **kwargs)
+
+    monkeypatch.setattr(OllamaClient, "next_token", next_token)
+    messages = [{"role": "user", "content": "Tell a short story about a lighthouse."}]
+    result = await answer(server_url, "qwen2.5-coder:0.5b", "none", GenerationRequest(messages=messages, max_tokens=12))
+    direct = await client.chat(model="qwen2.5-coder:0.5b", messages=messages,
+                               options={"temperature": 0, "num_predict": 12})
+    assert result["stats"]["done_reason"] == "length" and asked == []
+    assert result["stats"]["prompt_tokens"] == direct.prompt_eval_count > 0

@@ -217,6 +217,8 @@ class SpeculativeDecoder:
                         yield event
                     break
                 whole = not chunk.tokens or chunk.tokens[-1].complete
+                if output.done_reason == "length" and count == request["num_predict"]:
+                    continue  # the server ends here too: its closing chunk, with the prompt's size, comes at once
                 if output.done_reason:
                     break
                 if not drain.requested and ((count >= tokens and whole) or (whole and await self._draft_pays(answer))):
