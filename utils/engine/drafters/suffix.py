@@ -177,9 +177,7 @@ class SuffixDrafter(Drafter):
                 proposal = self._continue(tree, active, rest, k)
                 if proposal.tokens and proposal.score >= best.score:
                     best, best_rest, best_source = proposal, rest, source
-        draft = self._cut(best, best_rest, k)
-        draft.source = best_source
-        return draft
+        return self._cut(best, best_rest, k, best_source)
 
     def _continue(self, tree: SuffixTree, active: list[int], rest: str, k: int) -> Proposal:
         """The tree's continuation from `active` if its text begins with `rest`, scored by the pieces
@@ -197,9 +195,10 @@ class SuffixDrafter(Drafter):
                 break
         return Proposal()
 
-    def _cut(self, proposal: Proposal, rest: str, k: int) -> Draft:
+    def _cut(self, proposal: Proposal, rest: str, k: int, source: str) -> Draft:
         """The continuation's text after `rest` in the target's pieces (longest first, up to the first
-        character that is no piece), each with the confidence of the tree piece it starts in."""
+        character that is no piece), each with the confidence of the tree piece it starts in; `source`:
+        the tree it came from."""
         text, owners = "", []
         for token, value in zip(proposal.tokens, confidence(proposal)):
             written = self._text(token)
@@ -215,7 +214,7 @@ class SuffixDrafter(Drafter):
             pieces.append(piece)
             values.append(owners[at])
             at += len(piece)
-        return Draft(pieces=pieces, confidence=values)
+        return Draft(pieces=pieces, confidence=values, source=source)
 
     def _text(self, token: int) -> str:
         return self.store.texts[token if token >= 0 else -1 - token]
