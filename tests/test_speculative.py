@@ -358,8 +358,9 @@ async def test_the_first_token_is_not_kept_waiting_for_a_draft(server_url):
 
 
 async def test_an_answer_whose_loss_budget_is_spent_verifies_nothing(server_url, monkeypatch):
-    """The loss budget (AnswerState.affordable) is what lets a draft be verified at all: with none, a
-    prompt whose every draft would pay is answered standard throughout, word for word the same."""
+    """The loss budget (AnswerState.affordable) is what lets a draft be verified at all: with none, and
+    no draft sure enough to go past it (SURE), a prompt whose every draft would pay is answered
+    standard throughout, word for word the same."""
     import utils.engine.progress as progress
 
     listing = "\n".join(f"- item {i}: the {colour} box" for i, colour in enumerate(["red", "green", "blue"] * 4))
@@ -370,6 +371,7 @@ async def test_an_answer_whose_loss_budget_is_spent_verifies_nothing(server_url,
     assert budgeted["stats"]["accepted_tokens"] > 0, budgeted["stats"]["rounds"]
     monkeypatch.setattr(progress, "LOSS_BUDGET", 0.0)
     monkeypatch.setattr(progress, "FREE_MISSES", 0)
+    monkeypatch.setattr(progress, "SURE", 2.0)
     spent = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)
     assert spent["stats"]["drafts"] == 0 and all(r["k"] == 0 for r in spent["stats"]["rounds"]), spent["stats"]
     assert spent["text"] == budgeted["text"] == first["text"]

@@ -6,8 +6,9 @@ from __future__ import annotations
 import pytest
 
 from utils.engine.controller import DraftLengthController
+from utils.engine.drafters import Draft
 from utils.engine.output import Output
-from utils.engine.progress import FREE_MISSES, LOSS_BUDGET, AnswerState
+from utils.engine.progress import FREE_MISSES, LOSS_BUDGET, SURE, AnswerState
 from utils.engine.stats import AnswerStats
 
 STANDARD = 0.05  # seconds per standard token
@@ -60,3 +61,18 @@ def test_no_budget_before_the_standard_speed_is_known_nor_for_a_fixed_k() -> Non
     fixed = answer_with(measured(fixed_k=4))
     fixed.settle(emitted=1, seconds=1.0)
     assert fixed.gained < -0.9 and fixed.affordable() == 8  # a fixed K is verified as asked
+
+
+def test_a_draft_whose_first_piece_is_sure_goes_past_the_budget() -> None:
+    """The copies of earlier turns are verified whatever earlier misses cost; a close call is not."""
+    answer = answer_with(measured())
+    for _ in range(2):
+        answer.settle(emitted=1, seconds=STANDARD + PIECE)
+    assert answer.affordable() == 0
+    assert SURE == 0.75
+    copy = Draft(["a", "b", "c"], confidence=[0.95, 0.95, 0.95])  # bin 0.9-1.0: 0.95 as nothing was verified
+    close_call = Draft(["a", "b", "c"], confidence=[0.55, 0.95, 0.95])  # bin 0.5-0.6: 0.55
+    assert answer.verifiable(copy) == 3 and answer.verifiable(close_call) == 0
+    for _ in range(3):  # this answer's drafts expected at 0.95 kept missing: it trusts them less
+        answer.tally([0.95], accepted=0, decided=1)
+    assert answer.controller.survival(0.95, answer.trust()) < SURE and answer.verifiable(copy) == 0

@@ -155,14 +155,18 @@ class DraftLengthController:
         if self.fixed_k is not None or self.standard_seconds_per_token is None:
             return len(confidence)
         wait = self.standard_seconds_per_token if leaving_segment else 0.0
-        expected, reach, best, best_rate, bins = 1.0, 1.0, 0, 0.0, self.bins(source)
+        expected, reach, best, best_rate = 1.0, 1.0, 0, 0.0
         for length, value in enumerate(confidence, 1):
-            reach *= min(bins[_bin(value)] * trust, 1.0)
+            reach *= self.survival(value, trust, source)
             expected += reach
             rate = expected / max(self.round_seconds(length) + wait, 1e-6)
             if rate > best_rate:
                 best, best_rate = length, rate
         return best if best_rate * self.standard_seconds_per_token > MARGIN else 0
+
+    def survival(self, confidence: float, trust: float = 1.0, source: str = "") -> float:
+        """The chance that a piece this confident survives, as `cut` reckons it."""
+        return min(self.bins(source)[_bin(confidence)] * trust, 1.0)
 
     def probing(self) -> bool:
         """Whether the next round is a probe (K chosen although it did not pay): verified whole, to learn.

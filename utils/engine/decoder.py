@@ -165,7 +165,9 @@ class SpeculativeDecoder:
             return 0
         output, limit = answer.output, answer.context_limit
         room = limit - (answer.context_tokens + output.tokens) - 2 if limit and answer.context_tokens else 1 << 30
-        k = answer.controller.choose(min(output.remaining - 1, room, answer.affordable(answer.after_segment)))
+        # A free drafter's drafts are held to the budget one by one (`verifiable`), a draft model's here.
+        afford = 1 << 30 if answer.drafter.free else answer.affordable(answer.after_segment)
+        k = answer.controller.choose(min(output.remaining - 1, room, afford))
         if k and output.tokens == 0 and answer.controller.fixed_k is None:
             # The first token as fast as standard generation: a round would add a draft and K rows to the
             # prompt's evaluation (0.3 standard tokens each here). A fixed K is verified from the start.
@@ -251,7 +253,8 @@ class SpeculativeDecoder:
             proposed = proposed.head(k)
             # A probe is verified whole: that is how the controller learns what its drafts are worth.
             confident = len(proposed.confidence) == len(proposed)
-            keep = (controller.cut(proposed.confidence, trust=answer.trust(), source=proposed.source) if confident
+            keep = (controller.cut(proposed.confidence[: answer.verifiable(proposed, answer.after_segment)],
+                                   trust=answer.trust(), source=proposed.source) if confident
                     else len(proposed))
             draft = proposed.head(len(proposed) if controller.probing() else keep)
             drafted_at = time.perf_counter()
@@ -306,13 +309,11 @@ class SpeculativeDecoder:
         assert answer.drafter is not None
         answer.grade_unverified()
         leaving = not self.target.drains  # a round here also waits for the closed stream's token
-        if not (affordable := answer.affordable(leaving)):
-            return False  # the answer's loss budget affords no verification: no draft is asked for either
-        draft = await answer.drafter.propose(answer.context, affordable, GREEDY)
+        draft = await answer.drafter.propose(answer.context, answer.controller.k_max, GREEDY)
         if not draft.pieces or len(draft.confidence) != len(draft):
             return False
-        if answer.controller.cut(draft.confidence, leaving_segment=leaving, trust=answer.trust(),
-                                 source=draft.source) > 0:
+        if answer.controller.cut(draft.confidence[: answer.verifiable(draft, leaving)], leaving_segment=leaving,
+                                 trust=answer.trust(), source=draft.source) > 0:
             answer.proposal = draft
             return True
         if answer.unverified is None:
