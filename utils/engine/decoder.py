@@ -253,9 +253,7 @@ class SpeculativeDecoder:
             proposed = proposed.head(k)
             # A probe is verified whole: that is how the controller learns what its drafts are worth.
             confident = len(proposed.confidence) == len(proposed)
-            keep = (controller.cut(proposed.confidence[: answer.verifiable(proposed, answer.after_segment)],
-                                   trust=answer.trust(), source=proposed.source) if confident
-                    else len(proposed))
+            keep = answer.worth_verifying(proposed, answer.after_segment) if confident else len(proposed)
             draft = proposed.head(len(proposed) if controller.probing() else keep)
             drafted_at = time.perf_counter()
             seen = answer.drafter_saw if answer.drafter_saw is not None else -answer.stats.prompt_tokens
@@ -312,8 +310,7 @@ class SpeculativeDecoder:
         draft = await answer.drafter.propose(answer.context, answer.controller.k_max, GREEDY)
         if not draft.pieces or len(draft.confidence) != len(draft):
             return False
-        if answer.controller.cut(draft.confidence[: answer.verifiable(draft, leaving)], leaving_segment=leaving,
-                                 trust=answer.trust(), source=draft.source) > 0:
+        if answer.worth_verifying(draft, waits=leaving, leaving_segment=leaving) > 0:
             answer.proposal = draft
             return True
         if answer.unverified is None:

@@ -137,6 +137,14 @@ class AnswerState:
             return len(draft)
         return self.affordable(leaving_segment)
 
+    def worth_verifying(self, draft: Draft, waits: bool, leaving_segment: bool = False) -> int:
+        """How many of `draft`'s pieces (each with a confidence) to verify: the controller's `cut`,
+        with this answer's trust, of what the loss budget lets be verified. `waits`: the round would
+        wait for a closed stream's token, a loss the budget counts; `leaving_segment`: `cut` charges
+        that wait too (once, where a standard segment is left for the draft)."""
+        allowed = draft.confidence[: self.verifiable(draft, waits)]
+        return self.controller.cut(allowed, leaving_segment=leaving_segment, trust=self.trust(), source=draft.source)
+
     def draft_options(self) -> SamplingOptions:
         """Greedy and sample-match draft the most likely pieces; rejection sampling must draw them."""
         if self.plan.method != "rejection":
