@@ -7,7 +7,8 @@ is an embedded server that serves one request at a time (as Ollama with OLLAMA_N
 speculation cannot pay there, and the controller must bring the proxy back to standard speed.
 
     python cli.py bench-proxy [--model smollm2:135m] [--drafter lookup] [--no-batch]
-        [--limit 3] [--repeat 2] [--max-tokens 96] [--upstream http://127.0.0.1:11434] [--serve] [--noise]
+        [--limit 3] [--repeat 2] [--max-tokens 96] [--upstream http://127.0.0.1:11434]
+        [--serve] [--noise] [--fresh]
 
 With `--serve` there is no proxy: `cli.py serve` speculates inside the server (its in-process
 target), and "direct" is the same server asked with `X-Speculation: off` (standard generation).
@@ -15,6 +16,11 @@ target), and "direct" is the same server asked with `X-Speculation: off` (standa
 With `--noise` each prompt is also asked directly a second time, the three answers in rotated order,
 and the ratio of the second direct answer to the first is printed beside: how far one answer's ratio
 moves with nothing changed, against which "no answer below 0.97x" can be read.
+
+With `--fresh` every pass starts its own server (and proxy), so that every answer is a first-time
+one (a drafter that learns from answers would otherwise copy the pass before), and each prompt is
+also read as the median of its passes: one answer's ratio moves by about ±3% alone on a shared
+machine, the median of three by less.
 
 Beside the speeds it prints how many answers through the proxy were identical to the direct ones, and
 the server's self-consistency: how many direct answers were the same when the same request came again
@@ -31,7 +37,8 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
+from collections.abc import Generator, Iterator
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -66,6 +73,48 @@ def _quartiles(values: list[float]) -> str:
     return f"({q[0]:.2f}-{q[2]:.2f})"
 
 
+@contextmanager
+def _endpoints(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
+    """The server to ask directly and the one that speculates (the same one with `--serve`; else a
+    proxy started in front of it), stopped afterwards."""
+    server: AbstractContextManager
+    if args.serve:  # one server: speculating, and standard when asked with X-Speculation: off
+        pair = ["--pair", f"{args.model}={args.drafter}"]
+        server = EmbeddedServer(batch=not args.no_batch, speculation=True, args=pair)
+    elif args.upstream:
+        server = nullcontext(SimpleNamespace(url=args.upstream))
+    else:
+        server = EmbeddedServer(batch=not args.no_batch)
+    with server as upstream:
+        if args.serve:
+            yield upstream.url, upstream.url
+            return
+        port = free_port()
+        process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "proxy", "--upstream", upstream.url,
+                                    "--port", str(port), "--pair", f"{args.model}={args.drafter}"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            problem = wait_until_healthy(process, f"http://127.0.0.1:{port}/metrics", 60)
+            if problem:
+                raise SystemExit(f"error: the proxy {problem}")
+            yield upstream.url, f"http://127.0.0.1:{port}"
+        finally:
+            stop_process(process, grace=10)
+
+
+def _passes(args: argparse.Namespace) -> Generator[tuple[int, str, str], None, None]:
+    """(pass, direct URL, speculating URL) for each pass: all on one server, or with `--fresh` each on
+    a server (and proxy) of its own, whose drafter has learned nothing yet."""
+    if args.fresh:
+        for repeat in range(args.repeat):
+            with _endpoints(args) as (upstream, url):
+                yield repeat, upstream, url
+    else:
+        with _endpoints(args) as (upstream, url):
+            for repeat in range(args.repeat):
+                yield repeat, upstream, url
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="cli.py bench-proxy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2:135m")
@@ -81,76 +130,66 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--noise", action="store_true",
                         help="also ask each prompt directly a second time, in the same rotation: the ratios one "
                              "answer against another of the same kind give (the measurement's own spread)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="each pass on a freshly started server (and proxy): every answer a first-time one, "
+                             "and with --repeat N each prompt's ratio is also read as the median of its N")
     args = parser.parse_args(argv)
     prompts = [json.loads(line) for line in (ROOT / "prompts" / "bench.jsonl").open()]
     chosen = [p for c in dict.fromkeys(p["category"] for p in prompts)
               for p in [q for q in prompts if q["category"] == c][: args.limit]]
-    process: subprocess.Popen | None = None
-    if args.serve:  # one server: speculating, and standard when asked with X-Speculation: off
-        pair = ["--pair", f"{args.model}={args.drafter}"]
-        server = EmbeddedServer(batch=not args.no_batch, speculation=True, args=pair)
-    elif args.upstream:
-        server = nullcontext(SimpleNamespace(url=args.upstream))
-    else:
-        server = EmbeddedServer(batch=not args.no_batch)
-    with server as upstream:
-        if not args.serve:
-            port = free_port()
-            process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "proxy", "--upstream", upstream.url,
-                                        "--port", str(port), "--pair", f"{args.model}={args.drafter}"],
-                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        try:
-            url = upstream.url if args.serve else f"http://127.0.0.1:{port}"
-            problem = None if args.serve else wait_until_healthy(process, f"{url}/metrics", 60)
-            if problem:
-                print(f"error: the proxy {problem}", file=sys.stderr)
-                return 1
-            direct = ollama.Client(host=upstream.url, headers=NO_SPECULATION if args.serve else {})
+    noise: list[float] = []  # direct again over direct: what one answer's ratio varies by alone
+    ratios: dict[str, list[float]] = {}
+    by_mode: dict[str, list[float]] = {}
+    by_prompt: dict[str, tuple[list[float], list[float]]] = {}  # a prompt's ratios, and its noise ratios
+    seconds = {"direct": 0.0, "through": 0.0}  # the whole run's answering time each way
+    identical: list[bool] = []  # through the proxy == direct, the same prompt in the same pair
+    consistent: list[bool] = []  # direct == direct in the first repeat: the server against itself
+    first_direct: dict[str, str] = {}
+    modes, skipped = {"speculative": 0, "forwarded": 0}, 0
+    with closing(_passes(args)) as passes:
+        for repeat, upstream, url in passes:
+            direct = ollama.Client(host=upstream, headers=NO_SPECULATION if args.serve else {})
             through = ollama.Client(host=url)
-            again = ollama.Client(host=upstream.url, headers=NO_SPECULATION if args.serve else {})
-            noise: list[float] = []  # direct again over direct: what one answer's ratio varies by alone
-            for client in (direct, through):  # load the model; let the controller meet the server
-                _answer(client, args.model, chosen[0]["prompt"], 32)
-            ratios: dict[str, list[float]] = {}
-            by_mode: dict[str, list[float]] = {}
-            seconds = {"direct": 0.0, "through": 0.0}  # the whole run's answering time each way
-            identical: list[bool] = []  # through the proxy == direct, the same prompt in the same pair
-            consistent: list[bool] = []  # direct == direct in the first repeat: the server against itself
-            first_direct: dict[str, str] = {}
-            for repeat in range(args.repeat):
-                for index, prompt in enumerate(chosen):
-                    order = [direct, through] if (index + repeat) % 2 == 0 else [through, direct]
-                    if args.noise:  # each of the three first, second and third in turn
-                        order = [[direct, through, again], [through, again, direct],
-                                 [again, direct, through]][(index + repeat) % 3]
-                    # The prompt evaluated once beforehand: whichever side goes first would otherwise
-                    # pay for it alone (half a second for a long prompt here, against ~0.7 s of answer).
-                    _answer(direct, args.model, prompt["prompt"], 1)
-                    before = _modes(httpx.get(f"{url}/metrics").text)
-                    answers = {id(c): _answer(c, args.model, prompt["prompt"], args.max_tokens) for c in order}
-                    speed = {key: tokens / wall for key, (tokens, wall, _) in answers.items()}
-                    text = {side: answers[id(client)][2] for side, client in (("direct", direct), ("through", through))}
-                    identical.append(text["through"] == text["direct"])
-                    if prompt["id"] in first_direct:
-                        consistent.append(text["direct"] == first_direct[prompt["id"]])
-                    first_direct.setdefault(prompt["id"], text["direct"])
-                    after = _modes(httpx.get(f"{url}/metrics").text)
-                    mode = "speculated" if after["speculative"] > before["speculative"] else "forwarded"
-                    ratio = speed[id(through)] / speed[id(direct)] if speed[id(direct)] else float("nan")
-                    ratios.setdefault(prompt["category"], []).append(ratio)
-                    for side, client in (("direct", direct), ("through", through)):
-                        seconds[side] += answers[id(client)][1]
-                    by_mode.setdefault(mode, []).append(ratio)
-                    if args.noise:
-                        noise.append(speed[id(again)] / speed[id(direct)] if speed[id(direct)] else float("nan"))
-                    extra = f"; direct again {speed[id(again)]:6.1f} tok/s, ratio {noise[-1]:.2f}" if args.noise else ""
-                    print(f"  {prompt['id']:12} #{repeat + 1}: direct {speed[id(direct)]:6.1f} tok/s, "
-                          f"through the proxy {speed[id(through)]:6.1f} tok/s ({mode}), ratio {ratio:.2f}{extra}",
-                          flush=True)
-            counts = httpx.get(f"{url}/metrics").text
-        finally:
-            if process is not None:
-                stop_process(process, grace=10)
+            again = ollama.Client(host=upstream, headers=NO_SPECULATION if args.serve else {})
+            if repeat == 0 or args.fresh:  # load the model; let the controller meet the server
+                for client in (direct, through):
+                    _answer(client, args.model, chosen[0]["prompt"], 32)
+            for index, prompt in enumerate(chosen):
+                order = [direct, through] if (index + repeat) % 2 == 0 else [through, direct]
+                if args.noise:  # each of the three first, second and third in turn
+                    order = [[direct, through, again], [through, again, direct],
+                             [again, direct, through]][(index + repeat) % 3]
+                # The prompt evaluated once beforehand: whichever side goes first would otherwise
+                # pay for it alone (half a second for a long prompt here, against ~0.7 s of answer).
+                _answer(direct, args.model, prompt["prompt"], 1)
+                before = _modes(httpx.get(f"{url}/metrics").text)
+                answers = {id(c): _answer(c, args.model, prompt["prompt"], args.max_tokens) for c in order}
+                speed = {key: tokens / wall for key, (tokens, wall, _) in answers.items()}
+                text = {side: answers[id(client)][2] for side, client in (("direct", direct), ("through", through))}
+                identical.append(text["through"] == text["direct"])
+                if prompt["id"] in first_direct:
+                    consistent.append(text["direct"] == first_direct[prompt["id"]])
+                first_direct.setdefault(prompt["id"], text["direct"])
+                after = _modes(httpx.get(f"{url}/metrics").text)
+                mode = "speculated" if after["speculative"] > before["speculative"] else "forwarded"
+                ratio = speed[id(through)] / speed[id(direct)] if speed[id(direct)] else float("nan")
+                ratios.setdefault(prompt["category"], []).append(ratio)
+                by_prompt.setdefault(prompt["id"], ([], []))[0].append(ratio)
+                for side, client in (("direct", direct), ("through", through)):
+                    seconds[side] += answers[id(client)][1]
+                by_mode.setdefault(mode, []).append(ratio)
+                if args.noise:
+                    noise.append(speed[id(again)] / speed[id(direct)] if speed[id(direct)] else float("nan"))
+                    by_prompt[prompt["id"]][1].append(noise[-1])
+                extra = f"; direct again {speed[id(again)]:6.1f} tok/s, ratio {noise[-1]:.2f}" if args.noise else ""
+                print(f"  {prompt['id']:12} #{repeat + 1}: direct {speed[id(direct)]:6.1f} tok/s, "
+                      f"through the proxy {speed[id(through)]:6.1f} tok/s ({mode}), ratio {ratio:.2f}{extra}",
+                      flush=True)
+            if args.fresh or repeat == args.repeat - 1:  # the server's counters, before it stops
+                counts = httpx.get(f"{url}/metrics").text
+                modes = {mode: modes[mode] + count for mode, count in _modes(counts).items()}
+                found = re.search(r'spec_proxy_forwarded_total\{endpoint="/api/chat",reason="no_gain"\} (\S+)', counts)
+                skipped += int(float(found.group(1))) if found else 0
     upstream_kind = args.upstream or ("serialising (--no-batch) embedded" if args.no_batch else "batching embedded")
     if args.serve:
         print(f"\n{args.model} with {args.drafter}, cli.py serve speculating in process ({upstream_kind} runner), "
@@ -167,15 +206,29 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  answers below 0.97x: {below} of {len(everything)}"
           + (f"; direct again over direct (the measurement's own spread): {statistics.median(noise):.2f}x "
              f"{_quartiles(noise)}, {sum(r < 0.97 for r in noise)} of {len(noise)} below 0.97x" if noise else ""))
+    if args.fresh and args.repeat > 1:
+        print(_per_prompt(by_prompt, args.repeat))
     print(f"  the whole run, as time spent answering: {seconds['direct'] / seconds['through']:.3f}x "
           f"({seconds['direct']:.1f} s direct, {seconds['through']:.1f} s through the proxy)")
     print(f"  identical to the direct answer: {sum(identical)} of {len(identical)}; the server's self-consistency "
           f"(the same direct request again, a repeat later): {sum(consistent)} of {len(consistent)}")
-    modes = _modes(counts)
-    skipped = re.search(r'spec_proxy_forwarded_total\{endpoint="/api/chat",reason="no_gain"\} (\S+)', counts)
     print(f"  through the proxy: {modes['speculative']} answers speculated, {modes['forwarded']} "
-          f"forwarded ({int(float(skipped.group(1))) if skipped else 0} because speculation had not paid lately)")
+          f"forwarded ({skipped} because speculation had not paid lately)")
     return 0
+
+
+def _per_prompt(by_prompt: dict[str, tuple[list[float], list[float]]], passes: int) -> str:
+    """Each prompt's first-time answers read together: the median of its ratios over the passes, and
+    the same for direct again over direct, which shows how far such a median still moves alone."""
+    medians = {key: statistics.median(values) for key, (values, _) in by_prompt.items()}
+    below = ", ".join(f"{key} {value:.2f}x" for key, value in medians.items() if value < 0.97) or "none"
+    line = (f"  per prompt, the median of its {passes} first-time answers: {statistics.median(medians.values()):.2f}x "
+            f"{_quartiles(list(medians.values()))}, below 0.97x: {below}")
+    if all(spread for _, spread in by_prompt.values()):
+        alone = [statistics.median(spread) for _, spread in by_prompt.values()]
+        line += (f"; direct again over direct, the same way: {statistics.median(alone):.2f}x {_quartiles(alone)}, "
+                 f"{sum(value < 0.97 for value in alone)} of {len(alone)} below 0.97x, lowest {min(alone):.2f}x")
+    return line
 
 
 if __name__ == "__main__":
