@@ -64,7 +64,8 @@ def test_no_budget_before_the_standard_speed_is_known_nor_for_a_fixed_k() -> Non
 
 
 def test_a_draft_whose_first_piece_is_sure_goes_past_the_budget() -> None:
-    """The copies of earlier turns are verified whatever earlier misses cost; a close call is not."""
+    """The copies of earlier turns are verified whatever earlier misses cost, once the answer has seen
+    one of its own pieces survive; a close call is not."""
     answer = answer_with(measured())
     for _ in range(2):
         answer.settle(emitted=1, seconds=STANDARD + PIECE)
@@ -72,6 +73,9 @@ def test_a_draft_whose_first_piece_is_sure_goes_past_the_budget() -> None:
     assert SURE == 0.75
     copy = Draft(["a", "b", "c"], confidence=[0.95, 0.95, 0.95])  # bin 0.9-1.0: 0.95 as nothing was verified
     close_call = Draft(["a", "b", "c"], confidence=[0.55, 0.95, 0.95])  # bin 0.5-0.6: 0.55
+    # Not before one of this answer's own pieces survived: its first drafts are other answers' bets.
+    assert answer.verifiable(copy) == 0
+    answer.tally([0.95], accepted=1, decided=1)  # a piece held against the target's text: it survived
     assert answer.verifiable(copy) == 3 and answer.verifiable(close_call) == 0
     for _ in range(3):  # this answer's drafts expected at 0.95 kept missing: it trusts them less
         answer.tally([0.95], accepted=0, decided=1)

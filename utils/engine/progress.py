@@ -32,7 +32,9 @@ FREE_MISSES = 2
 # A draft whose first piece survives at least this often, as the controller reckons it, is verified
 # whatever the budget: the copies of earlier turns that a conversation's later turns are made of. At
 # 0.75 a one-piece draft gains 11 ms on average here; held to the budget, later turns lost their
-# copies after a few early misses (suffix 1.35x to 1.23x, lookup 1.29x to 1.05x on turn 4).
+# copies after a few early misses (suffix 1.35x to 1.23x, lookup 1.29x to 1.05x on turn 4). Only once
+# one of this answer's own draft pieces has survived: an answer's first drafts are bets on what other
+# answers taught, and a first draft of three that missed cost a 37-token summary 3% (summary-02).
 SURE = 0.75
 
 
@@ -131,9 +133,10 @@ class AnswerState:
         return length
 
     def verifiable(self, draft: Draft, leaving_segment: bool = False) -> int:
-        """How many of `draft`'s pieces may be verified: all where its first piece is sure (`SURE`),
-        else what the loss budget affords."""
-        if draft.confidence and self.controller.survival(draft.confidence[0], self.trust(), draft.source) >= SURE:
+        """How many of `draft`'s pieces may be verified: all where its first piece is sure (`SURE`) and
+        this answer has seen a piece of its own drafts survive, else what the loss budget affords."""
+        if (draft.confidence and self.survivals
+                and self.controller.survival(draft.confidence[0], self.trust(), draft.source) >= SURE):
             return len(draft)
         return self.affordable(leaving_segment)
 
