@@ -29,14 +29,12 @@ TRUST_PRIOR = 2.0
 # draft gains 19 ms where it survives and loses 12 where it misses).
 LOSS_BUDGET = 0.015
 FREE_MISSES = 2
-# Where nothing is affordable, a draft whose first piece survives at least this often, as the
-# controller reckons it, still has that piece verified: the copies of earlier turns that a
-# conversation's later turns are made of, which a few early misses would otherwise shut out for the
-# rest of the answer (held to the budget: suffix 1.35x to 1.23x, lookup 1.29x to 1.05x on turn 4).
-# A piece that survives gains, and the budget then affords longer drafts. Only once a piece of this
-# answer's own drafts has survived: its first drafts are bets on what other answers taught. At 0.75 a
-# one-piece draft gains 11 ms on average here. (Verified whole, sure drafts of eight missed after one
-# survival and cost first-time answers 2-3% each: code-02, edit-01.)
+# A draft whose first piece survives at least this often, as the controller reckons it, is verified
+# whatever the budget: the copies of earlier turns that a conversation's later turns are made of. At
+# 0.75 a one-piece draft gains 11 ms on average here; held to the budget, later turns lost their
+# copies after a few early misses (suffix 1.35x to 1.23x, lookup 1.29x to 1.05x on turn 4). Only once
+# one of this answer's own draft pieces has survived: an answer's first drafts are bets on what other
+# answers taught, and a first draft of three that missed cost a 37-token summary 3% (summary-02).
 SURE = 0.75
 
 
@@ -135,14 +133,12 @@ class AnswerState:
         return length
 
     def verifiable(self, draft: Draft, leaving_segment: bool = False) -> int:
-        """How many of `draft`'s pieces may be verified: what the loss budget affords, or, where that is
-        nothing, the first piece if it is sure (`SURE`) and a piece of this answer's own drafts has
-        survived."""
-        affordable = self.affordable(leaving_segment)
-        if (not affordable and draft.confidence and self.survivals
+        """How many of `draft`'s pieces may be verified: all where its first piece is sure (`SURE`) and
+        this answer has seen a piece of its own drafts survive, else what the loss budget affords."""
+        if (draft.confidence and self.survivals
                 and self.controller.survival(draft.confidence[0], self.trust(), draft.source) >= SURE):
-            return 1
-        return affordable
+            return len(draft)
+        return self.affordable(leaving_segment)
 
     def worth_verifying(self, draft: Draft, waits: bool, leaving_segment: bool = False) -> int:
         """How many of `draft`'s pieces (each with a confidence) to verify: the controller's `cut`,
