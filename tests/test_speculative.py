@@ -360,9 +360,13 @@ async def test_the_first_token_is_not_kept_waiting_for_a_draft(server_url):
 async def test_an_answer_whose_loss_budget_is_spent_verifies_nothing(server_url, monkeypatch):
     """The loss budget (AnswerState.affordable) is what lets a draft be verified at all: with none, and
     no draft sure enough to go past it (SURE), a prompt whose every draft would pay is answered
-    standard throughout, word for word the same."""
+    standard throughout, word for word the same. The controller's economics are taken out (every
+    draft pays), so that only the budget decides: on a busy machine (CI) a slow measured verification
+    made the controller keep even the copying answer standard, and the test proved nothing."""
     import utils.engine.progress as progress
 
+    monkeypatch.setattr(DraftLengthController, "cut", lambda self, confidence, *args, **kwargs: len(confidence))
+    monkeypatch.setattr(DraftLengthController, "can_pay", lambda self, *args, **kwargs: True)
     listing = "\n".join(f"- item {i}: the {colour} box" for i, colour in enumerate(["red", "green", "blue"] * 4))
     copy = f"<|im_start|>user\nCopy this list exactly:\n{listing}<|im_end|>\n<|im_start|>assistant\n"
     request = GenerationRequest(prompt=copy, raw=True, max_tokens=48)
