@@ -360,9 +360,8 @@ async def test_the_first_token_is_not_kept_waiting_for_a_draft(server_url):
 async def test_an_answer_whose_loss_budget_is_spent_verifies_nothing(server_url, monkeypatch):
     """The loss budget (AnswerState.affordable) is what lets a draft be verified at all: with none, and
     no draft sure enough to go past it (SURE), a prompt whose every draft would pay is answered
-    standard throughout, word for word the same. The controller's economics are taken out (every
-    draft pays), so that only the budget decides: on a busy machine (CI) a slow measured verification
-    made the controller keep even the copying answer standard, and the test proved nothing."""
+    standard throughout, word for word the same. Every draft pays (so that only the budget decides:
+    on a busy CI machine a slow verification once kept even the copying answer standard)."""
     import utils.engine.progress as progress
 
     monkeypatch.setattr(DraftLengthController, "cut", lambda self, confidence, *args, **kwargs: len(confidence))
