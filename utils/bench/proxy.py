@@ -102,17 +102,12 @@ def _endpoints(args: argparse.Namespace) -> Iterator[tuple[str, str]]:
             stop_process(process, grace=10)
 
 
-def _passes(args: argparse.Namespace) -> Generator[tuple[int, str, str], None, None]:
-    """(pass, direct URL, speculating URL) for each pass: all on one server, or with `--fresh` each on
-    a server (and proxy) of its own, whose drafter has learned nothing yet."""
-    if args.fresh:
-        for repeat in range(args.repeat):
-            with _endpoints(args) as (upstream, url):
-                yield repeat, upstream, url
-    else:
+def _servers(args: argparse.Namespace) -> Generator[tuple[str, str, range], None, None]:
+    """(direct URL, speculating URL, the passes run on them): one server for every pass, or with
+    `--fresh` a server (and proxy) of its own for each, whose drafter has learned nothing yet."""
+    for passes in ([range(n, n + 1) for n in range(args.repeat)] if args.fresh else [range(args.repeat)]):
         with _endpoints(args) as (upstream, url):
-            for repeat in range(args.repeat):
-                yield repeat, upstream, url
+            yield upstream, url, passes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,50 +141,49 @@ def main(argv: list[str] | None = None) -> int:
     consistent: list[bool] = []  # direct == direct in the first repeat: the server against itself
     first_direct: dict[str, str] = {}
     modes, skipped = {"speculative": 0, "forwarded": 0}, 0
-    with closing(_passes(args)) as passes:
-        for repeat, upstream, url in passes:
+    with closing(_servers(args)) as servers:
+        for upstream, url, passes in servers:
             direct = ollama.Client(host=upstream, headers=NO_SPECULATION if args.serve else {})
             through = ollama.Client(host=url)
             again = ollama.Client(host=upstream, headers=NO_SPECULATION if args.serve else {})
-            if repeat == 0 or args.fresh:  # load the model; let the controller meet the server
-                for client in (direct, through):
-                    _answer(client, args.model, chosen[0]["prompt"], 32)
-            for index, prompt in enumerate(chosen):
-                order = [direct, through] if (index + repeat) % 2 == 0 else [through, direct]
-                if args.noise:  # each of the three first, second and third in turn
-                    order = [[direct, through, again], [through, again, direct],
-                             [again, direct, through]][(index + repeat) % 3]
-                # The prompt evaluated once beforehand: whichever side goes first would otherwise
-                # pay for it alone (half a second for a long prompt here, against ~0.7 s of answer).
-                _answer(direct, args.model, prompt["prompt"], 1)
-                before = _modes(httpx.get(f"{url}/metrics").text)
-                answers = {id(c): _answer(c, args.model, prompt["prompt"], args.max_tokens) for c in order}
-                speed = {key: tokens / wall for key, (tokens, wall, _) in answers.items()}
-                text = {side: answers[id(client)][2] for side, client in (("direct", direct), ("through", through))}
-                identical.append(text["through"] == text["direct"])
-                if prompt["id"] in first_direct:
-                    consistent.append(text["direct"] == first_direct[prompt["id"]])
-                first_direct.setdefault(prompt["id"], text["direct"])
-                after = _modes(httpx.get(f"{url}/metrics").text)
-                mode = "speculated" if after["speculative"] > before["speculative"] else "forwarded"
-                ratio = speed[id(through)] / speed[id(direct)] if speed[id(direct)] else float("nan")
-                ratios.setdefault(prompt["category"], []).append(ratio)
-                by_prompt.setdefault(prompt["id"], ([], []))[0].append(ratio)
-                for side, client in (("direct", direct), ("through", through)):
-                    seconds[side] += answers[id(client)][1]
-                by_mode.setdefault(mode, []).append(ratio)
-                if args.noise:
-                    noise.append(speed[id(again)] / speed[id(direct)] if speed[id(direct)] else float("nan"))
-                    by_prompt[prompt["id"]][1].append(noise[-1])
-                extra = f"; direct again {speed[id(again)]:6.1f} tok/s, ratio {noise[-1]:.2f}" if args.noise else ""
-                print(f"  {prompt['id']:12} #{repeat + 1}: direct {speed[id(direct)]:6.1f} tok/s, "
-                      f"through the proxy {speed[id(through)]:6.1f} tok/s ({mode}), ratio {ratio:.2f}{extra}",
-                      flush=True)
-            if args.fresh or repeat == args.repeat - 1:  # the server's counters, before it stops
-                counts = httpx.get(f"{url}/metrics").text
-                modes = {mode: modes[mode] + count for mode, count in _modes(counts).items()}
-                found = re.search(r'spec_proxy_forwarded_total\{endpoint="/api/chat",reason="no_gain"\} (\S+)', counts)
-                skipped += int(float(found.group(1))) if found else 0
+            for client in (direct, through):  # load the model; let the controller meet the server
+                _answer(client, args.model, chosen[0]["prompt"], 32)
+            for repeat in passes:
+                for index, prompt in enumerate(chosen):
+                    order = [direct, through] if (index + repeat) % 2 == 0 else [through, direct]
+                    if args.noise:  # each of the three first, second and third in turn
+                        order = [[direct, through, again], [through, again, direct],
+                                 [again, direct, through]][(index + repeat) % 3]
+                    # The prompt evaluated once beforehand: whichever side goes first would otherwise
+                    # pay for it alone (half a second for a long prompt here, against ~0.7 s of answer).
+                    _answer(direct, args.model, prompt["prompt"], 1)
+                    before = _modes(httpx.get(f"{url}/metrics").text)
+                    answers = {id(c): _answer(c, args.model, prompt["prompt"], args.max_tokens) for c in order}
+                    speed = {key: tokens / wall for key, (tokens, wall, _) in answers.items()}
+                    text = {side: answers[id(client)][2] for side, client in (("direct", direct), ("through", through))}
+                    identical.append(text["through"] == text["direct"])
+                    if prompt["id"] in first_direct:
+                        consistent.append(text["direct"] == first_direct[prompt["id"]])
+                    first_direct.setdefault(prompt["id"], text["direct"])
+                    after = _modes(httpx.get(f"{url}/metrics").text)
+                    mode = "speculated" if after["speculative"] > before["speculative"] else "forwarded"
+                    ratio = speed[id(through)] / speed[id(direct)] if speed[id(direct)] else float("nan")
+                    ratios.setdefault(prompt["category"], []).append(ratio)
+                    by_prompt.setdefault(prompt["id"], ([], []))[0].append(ratio)
+                    for side, client in (("direct", direct), ("through", through)):
+                        seconds[side] += answers[id(client)][1]
+                    by_mode.setdefault(mode, []).append(ratio)
+                    if args.noise:
+                        noise.append(speed[id(again)] / speed[id(direct)] if speed[id(direct)] else float("nan"))
+                        by_prompt[prompt["id"]][1].append(noise[-1])
+                    extra = f"; direct again {speed[id(again)]:6.1f} tok/s, ratio {noise[-1]:.2f}" if args.noise else ""
+                    print(f"  {prompt['id']:12} #{repeat + 1}: direct {speed[id(direct)]:6.1f} tok/s, "
+                          f"through the proxy {speed[id(through)]:6.1f} tok/s ({mode}), ratio {ratio:.2f}{extra}",
+                          flush=True)
+            counts = httpx.get(f"{url}/metrics").text  # the server's counters, before it stops
+            modes = {mode: modes[mode] + count for mode, count in _modes(counts).items()}
+            found = re.search(r'spec_proxy_forwarded_total\{endpoint="/api/chat",reason="no_gain"\} (\S+)', counts)
+            skipped += int(float(found.group(1))) if found else 0
     upstream_kind = args.upstream or ("serialising (--no-batch) embedded" if args.no_batch else "batching embedded")
     if args.serve:
         print(f"\n{args.model} with {args.drafter}, cli.py serve speculating in process ({upstream_kind} runner), "
