@@ -13,10 +13,11 @@ source scripts/llama_flags.sh
 # The bundled engine needs only the library, not llama.cpp's programs.
 flags="$llama_flags -DLLAMA_BUILD_TOOLS=OFF"
 engine=$(grep -E '^llama-cpp-python==' requirements.txt)
-# Built from the source release with one small patch: a switch that computes each row of a batch as
-# it would be alone, with repacked weights, which the server keeps on (scripts/patches/README.md).
-patch_file="scripts/patches/${engine/==/-}-batch-invariant.patch"
-wheels=$(wheel_dir "$engine" "$flags $(sha256sum "$patch_file" | cut -c1-16)")
+# Built from the source release with two small patches (scripts/patches/README.md): a switch that
+# computes each row of a batch as it would be alone, with repacked weights, which the server keeps on;
+# and a C entry point to llama.cpp's own JSON-schema-to-grammar conversion, for `format`.
+patches=(scripts/patches/"${engine/==/-}"-*.patch)
+wheels=$(wheel_dir "$engine" "$flags $(cat "${patches[@]}" | sha256sum | cut -c1-16)")
 if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   echo "building llama.cpp ($engine, patched): a few minutes on 2 cores, once"
   src=$(mktemp -d)
@@ -24,7 +25,7 @@ if ! ls "$wheels"/llama_cpp_python-*.whl >/dev/null 2>&1; then
   .venv/bin/python -m pip download --quiet --no-cache-dir --no-deps --no-binary :all: --dest "$src" "$engine"
   tar -xzf "$src"/*.tar.gz -C "$src"
   tree=$(find "$src" -mindepth 1 -maxdepth 1 -type d)
-  git -C "$tree" apply "$PWD/$patch_file"
+  for patch in "${patches[@]}"; do git -C "$tree" apply "$PWD/$patch"; done
   CMAKE_ARGS="$flags" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
     .venv/bin/python -m pip wheel --quiet --no-cache-dir --no-deps --wheel-dir "$wheels" "$tree"
 fi

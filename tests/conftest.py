@@ -86,6 +86,19 @@ def server_url(tmp_path_factory) -> str:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def served(tmp_path_factory) -> Iterator[str]:
+    """`cli.py serve` with speculation on, as a user starts it, shared by the tests of speculation in
+    the server. K = 4 fixed: every draft is verified (on this CPU the controller finds that the draft
+    model does not pay, and would not draft)."""
+    from tests.support.models import DRAFT, TARGET
+
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with EmbeddedServer(log_path=log, speculation=True,
+                        args=["--pair", f"{DRAFT}=lookup", "--pair", f"{TARGET}={DRAFT}", "--k", "4"]) as server:
+        yield server.url
+
+
 @pytest.fixture
 def client(server_url: str) -> ollama.AsyncClient:
     return ollama.AsyncClient(host=server_url)

@@ -37,16 +37,6 @@ COLOURS = ("<|im_start|>user\nOne colour is red. One colour is green. One colour
 CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory) -> Iterator[str]:
-    """`cli.py serve` with speculation on, as a user starts it. K = 4 fixed: every draft is verified
-    (on this CPU the controller finds that the draft model does not pay, and would not draft)."""
-    log = tmp_path_factory.mktemp("serve") / "serve.log"
-    with EmbeddedServer(log_path=log, speculation=True,
-                        args=["--pair", f"{DRAFT}=lookup", "--pair", f"{TARGET}={DRAFT}", "--k", "4"]) as server:
-        yield server.url
-
-
 def drafted(url: str, model: str) -> tuple[int, int]:
     """(drafted, accepted) tokens so far for `model`, from the server's /metrics."""
     text = httpx.get(f"{url}/metrics", timeout=30).text

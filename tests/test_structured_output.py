@@ -60,11 +60,16 @@ def test_format_json_gives_a_json_object_and_a_schema_with_constraints_is_kept(s
 
 
 def test_a_format_that_is_neither_json_nor_a_schema_is_refused(server_url):
-    for bad, words in (("xml", 'invalid format: "xml"'), ([1, 2], "invalid format"),
-                       ({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}, "invalid JSON schema")):
+    """As Ollama: a format that is not one is a 400; a schema that llama.cpp cannot turn into a grammar
+    Ollama's 500 "invalid JSON schema in format", and so is one whose pattern it would let any string
+    through for (Ollama would answer without holding it; here it is never loosened)."""
+    for bad, words, status in (
+            ("xml", 'invalid format: "xml"', 400), ([1, 2], "invalid format", 400),
+            ({"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}, "invalid JSON schema in format", 500),
+            ({"type": "object", "properties": {"a": {"type": "string", "pattern": "[a-z]+"}}}, "pattern", 500)):
         response = httpx.post(f"{server_url}/api/generate", timeout=60, json={
             "model": SMALL, "prompt": "hi", "format": bad, "stream": False})
-        assert response.status_code == 400 and words in response.json()["error"], (bad, response.text)
+        assert response.status_code == status and words in response.json()["error"], (bad, response.text)
 
 
 def test_openai_response_format_json_schema(server_url):

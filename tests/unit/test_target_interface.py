@@ -35,10 +35,12 @@ def test_each_implementation_has_the_member_with_its_parameters(name: str) -> No
         got = inspect.signature(member)
         assert list(got.parameters) == list(wanted.parameters), f"{implementation.__name__}.{name}"
         assert [p.default for p in got.parameters.values()] == [p.default for p in wanted.parameters.values()]
-        # A coroutine where the interface awaits, an async generator where it iterates.
+        # A coroutine where the interface awaits, an async generator where it iterates, a plain function
+        # where it enters what the member gives (`async with target.hold(...)`).
         kind = inspect.isasyncgenfunction(member), inspect.iscoroutinefunction(member)
         streams = "AsyncIterator" in str(wanted.return_annotation)
-        expected = (streams, not streams)
+        enters = "ContextManager" in str(wanted.return_annotation)
+        expected = (False, False) if enters else (streams, not streams)
         assert kind == expected, f"{implementation.__name__}.{name}"
 
 

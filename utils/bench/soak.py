@@ -1,6 +1,7 @@
 """Soak test of the embedded server: several hundred mixed requests, failures counted, memory watched.
 
     python cli.py bench-soak [--requests 300] [--time-limit 900] [--concurrency 4]
+    python cli.py bench-soak --mixed [--requests 40] [--speculation] [--proxy]
 
 Starts its own embedded server on 127.0.0.1 (a free port), then sends a bounded number of requests
 within a time limit: streamed and whole generate and chat answers, validator-style bursts of nested
@@ -11,6 +12,10 @@ that did not get the answer it should (a 5xx, a wrong status, a broken stream, a
 It prints the requests sent, the failures, and the server's resident memory (VmRSS from
 /proc/PID/status) after start-up, after the warm-up (models loaded) and at the end. Exit code 1 when
 a request failed or memory grew more than --max-growth-mib after the warm-up.
+
+`--mixed`: clients that disagree about `num_ctx` instead (clients_soak.py): no answer may be cut;
+with `--speculation` the server speculates (`cli.py serve` as users start it), with `--proxy` the
+clients ask `cli.py proxy` in front of it.
 """
 
 from __future__ import annotations
@@ -19,16 +24,21 @@ import argparse
 import asyncio
 import json
 import random
+import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
-from utils.embedded.server import EmbeddedServer
+from utils.bench.clients_soak import mixed_report, mixed_soak
+from utils.embedded.server import CLI, EmbeddedServer
+from utils.processes import free_port, stop_process, wait_until_healthy
 
 TARGET = "qwen2.5-coder:0.5b"
 DRAFT = "smollm2:135m"
@@ -181,20 +191,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-growth-mib", type=float, default=150,
                         help="largest RSS growth after the warm-up that passes (default 150)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--mixed", action="store_true", help="clients with different num_ctx (answers, not requests)")
+    parser.add_argument("--model", default=TARGET, help=f"--mixed: the model they share (default {TARGET})")
+    parser.add_argument("--speculation", action="store_true", help="--mixed: the server speculates")
+    parser.add_argument("--proxy", action="store_true", help="--mixed: through `cli.py proxy` in front of it")
     args = parser.parse_args(argv)
     if not 1 <= args.requests <= 100_000 or args.time_limit <= 0 or not 1 <= args.concurrency <= 64:
         print("error: --requests must be 1 to 100000, --time-limit positive, --concurrency 1 to 64", file=sys.stderr)
         return 2
     log = Path(tempfile.mkdtemp(prefix="soak-")) / "server.log"
-    server = EmbeddedServer(log_path=log)  # 127.0.0.1, a free port
+    server = EmbeddedServer(log_path=log, speculation=args.speculation)  # 127.0.0.1, a free port
     server.start()
-    print(f"embedded server {server.url} (pid {server.process.pid}, log {log})")
+    print(f"embedded server {server.url} (pid {server.process.pid}, log {log}), "
+          f"speculation {'on' if args.speculation else 'off'}")
     try:
+        if args.mixed:
+            with proxied(server.url, args.proxy) as url:
+                return mixed_report(asyncio.run(mixed_soak(url, args.model, args.requests, args.time_limit, args.seed)))
         result = asyncio.run(soak(server.url, server.process.pid, args.requests, args.time_limit,
                                   args.concurrency, args.seed))
     finally:
         server.stop()
     return report(result, args.max_growth_mib)
+
+
+@contextmanager
+def proxied(upstream: str, proxy: bool) -> Iterator[str]:
+    """`upstream`, or `cli.py proxy --upstream upstream` on a free port, stopped by its pid afterwards."""
+    if not proxy:
+        yield upstream
+        return
+    port = free_port()
+    process = subprocess.Popen([sys.executable, str(CLI), "proxy", "--upstream", upstream, "--port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        problem = wait_until_healthy(process, f"http://127.0.0.1:{port}/metrics", 60)
+        if problem:
+            raise RuntimeError(f"the proxy {problem}")
+        print(f"proxy http://127.0.0.1:{port} (pid {process.pid})")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop_process(process, grace=10)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from utils.burst import EVENTS, NO_SPECULATION, announce
@@ -30,6 +31,7 @@ from utils.engine.target import (
     Step,
     Token,
     _context_full,
+    nothing_held,
     parse_version,
     refusal,
 )
@@ -78,6 +80,9 @@ class OllamaClient:
 
     async def aclose(self) -> None:
         self.http.close()
+
+    def hold(self, model: str, options: dict[str, Any]) -> AbstractAsyncContextManager[float]:
+        return nothing_held(model, options)  # its models stay loaded as its own scheduler decides
 
     # -- transport -----------------------------------------------------------------------------------
 

@@ -78,19 +78,22 @@ class SpeculativeDecoder:
         return Plan(info, sampling, stops, method)
 
     async def stream(self, request: GenerationRequest, plan: Plan | None = None) -> AsyncGenerator[Event, None]:
-        """The answer's events; `plan`: the one `plan(request)` gave, if the caller already asked."""
-        answer = await self._start(request, plan or await self._planned(request))
-        for fallback in answer.stats.fallbacks:  # generated standard from the start: say why at once
-            yield FallbackEvent(fallback.reason)
-        if answer.plan.thinking:
-            async for event in self._thinking_answer(answer):
-                yield event
-        while answer.output.done_reason is None:
-            k = self._choose_k(answer)
-            steps = self._standard_segment(answer) if k == 0 else self._speculative_round(answer, k)
-            async for event in steps:
-                yield event
-        yield await self._done(answer)
+        """The answer's events; `plan`: the one `plan(request)` gave, if the caller already asked. The
+        target keeps its model as the answer loads it until the answer ends (Target.hold)."""
+        async with self.target.hold(self.target_model, request.options) as load:
+            answer = await self._start(request, plan or await self._planned(request))
+            answer.stats.load_seconds = load
+            for fallback in answer.stats.fallbacks:  # generated standard from the start: say why at once
+                yield FallbackEvent(fallback.reason)
+            if answer.plan.thinking:
+                async for event in self._thinking_answer(answer):
+                    yield event
+            while answer.output.done_reason is None:
+                k = self._choose_k(answer)
+                steps = self._standard_segment(answer) if k == 0 else self._speculative_round(answer, k)
+                async for event in steps:
+                    yield event
+            yield await self._done(answer)
 
     # -- the steps -----------------------------------------------------------------------------------
 

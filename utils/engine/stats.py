@@ -74,6 +74,8 @@ class AnswerStats(BaseModel):
     rounds: list[RoundRecord] = Field(default_factory=list)
     fallbacks: list[Fallback] = Field(default_factory=list)
     time_to_first_token_s: float | None = None
+    load_seconds: float = Field(0.0, description="loading the target first, waiting for other clients' answers "
+                                "where it was loaded otherwise (Ollama's load_duration); not in total_seconds")
     total_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -121,6 +122,11 @@ def refusal(status: int, message: str, host: str = "") -> ServerError:
     return kind(message, status, host)
 
 
+def nothing_held(model: str, options: dict[str, Any]) -> AbstractAsyncContextManager[float]:
+    """`Target.hold` of a server over HTTP: it keeps its models loaded as its own scheduler decides."""
+    return nullcontext(0.0)
+
+
 class Target(Protocol):
     """A server the engine verifies on (and drafts on, for a draft model): one method per thing the
     engine asks. `url` names the server in the engine's caches; `described` is its cache of models'
@@ -173,6 +179,14 @@ class Target(Protocol):
     async def next_tokens(self, model: str, prompts: list[str], options: list[dict[str, Any]],
                           top_logprobs: int = 0) -> list[Step]:
         """`next_token` for each prompt, evaluated together: one validator burst."""
+        ...
+
+    def hold(self, model: str, options: dict[str, Any]) -> AbstractAsyncContextManager[float]:
+        """Keeps `model` loaded as `options` load it while an answer's rounds run, giving the seconds
+        that loading it took (0 when it was loaded so): in process, a client asking for another
+        context or an unload waits for the answer (its rounds are many requests); over HTTP nothing
+        can be held (`nothing_held`), and the engine's requests carry the client's options, so that
+        none of them reloads the model."""
         ...
 
     async def aclose(self) -> None: ...

@@ -40,7 +40,8 @@ def final_fields(model: str, stats: AnswerStats, text: str, chat: bool) -> dict[
     return {
         "model": model, "created_at": now(), **_text_fields(text, chat), "done": True,
         "done_reason": stats.done_reason or "stop",
-        "total_duration": int(stats.total_seconds * NS), "load_duration": 0,
+        "total_duration": int((stats.load_seconds + stats.total_seconds) * NS),
+        "load_duration": int(stats.load_seconds * NS),
         "prompt_eval_count": stats.prompt_tokens, "prompt_eval_duration": int(first * NS),
         "eval_count": stats.output_tokens, "eval_duration": int(max(stats.total_seconds - first, 0.0) * NS),
         "speculative": speculative_summary(stats),

@@ -8,6 +8,7 @@ cheap (utils/embedded/runtime/runner.py) and keeps the request path lean (answer
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from utils.embedded.http.capabilities import (
 )
 from utils.embedded.http.thinking import refuse_format, splitter, think_mode
 from utils.embedded.http.tools import chat_tools, tojson
+from utils.embedded.runtime import model_file
 from utils.embedded.runtime.context import count_tokens, fit_messages
 from utils.embedded.runtime.loaded import LoadedModels
 from utils.embedded.runtime.runner import ModelRunner
@@ -145,20 +147,26 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
 
     @app.post("/api/show")
     async def show(body: ShowBody) -> dict[str, Any]:
-        runner, _ = await models.get(body.model or body.name)
-        info: dict[str, Any] = {key: _number(value) for key, value in runner.metadata.items()}
+        """From the model's file, as Ollama reads it: nothing is loaded, reloaded or kept (model_file.py)."""
+        name = models.resolve(body.model or body.name)
+        path = store.path(name)
+        try:
+            file = await asyncio.to_thread(model_file.read, path)
+        except ValueError as error:
+            raise ApiError(f"model '{name}' cannot be read: {error}", 500) from None
+        info: dict[str, Any] = {key: _number(value) for key, value in file.metadata.items()}
         info.pop("tokenizer.chat_template", None)
-        info["tokenizer.ggml.tokens"] = runner.vocabulary() if body.verbose else []
+        info["tokenizer.ggml.tokens"] = (await asyncio.to_thread(lambda: file.vocabulary)) if body.verbose else []
         info["general.parameter_count"] = info.get("general.parameter_count", 0)
-        spec = store.spec(runner.name)
+        spec = store.spec(name)
         entry = _model_entry(spec)
         return {  # no `license`: Ollama leaves an empty one out, and no model here has one
-            "modelfile": "\n".join([f"FROM {runner.path}", *modelfile_lines(spec.parameters)]),
+            "modelfile": "\n".join([f"FROM {path}", *modelfile_lines(spec.parameters)]),
             "parameters": show_text(spec.parameters),
-            "template": runner.metadata.get("tokenizer.chat_template", "{{ .Prompt }}"),
+            "template": file.metadata.get("tokenizer.chat_template", "{{ .Prompt }}"),
             "details": entry["details"],
             "model_info": info,
-            "capabilities": capabilities(runner),
+            "capabilities": capabilities(file),
             "modified_at": entry["modified_at"],
         }
 

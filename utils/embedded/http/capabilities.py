@@ -14,30 +14,19 @@ from typing import Any
 from utils.api.http import ApiError
 from utils.embedded.http.thinking import thinks
 from utils.embedded.http.tools import offers_tools
+from utils.embedded.runtime import model_file
+from utils.embedded.runtime.model_file import ModelFile
 from utils.embedded.runtime.runner import ModelRunner
 
 NO_VISION = "this model is missing data required for image input"  # Ollama's ErrNoVisionModel
 
 
-def fim_pieces(runner: ModelRunner) -> tuple[str, str, str] | None:
-    """The text of the model's prefix, suffix and middle tokens, or None when it has no such tokens."""
-    from llama_cpp import llama_cpp
-
-    vocab = llama_cpp.llama_model_get_vocab(runner.llama._model.model)
-    tokens = (llama_cpp.llama_vocab_fim_pre(vocab), llama_cpp.llama_vocab_fim_suf(vocab),
-              llama_cpp.llama_vocab_fim_mid(vocab))
-    if any(token < 0 or token >= runner.vocab_size for token in tokens):
-        return None
-    prefix, suffix, middle = (runner.pieces[token].decode("utf-8", errors="replace") for token in tokens)
-    return prefix, suffix, middle
-
-
-def capabilities(runner: ModelRunner) -> list[str]:
-    """Ollama's `capabilities` in /api/show, for what this server implements."""
-    found = ["embedding"] if any(key.endswith("pooling_type") for key in runner.metadata) else ["completion"]
-    if fim_pieces(runner):
+def capabilities(file: ModelFile) -> list[str]:
+    """Ollama's `capabilities` in /api/show, for what this server implements, from the model's file."""
+    found = ["embedding"] if any(key.endswith("pooling_type") for key in file.metadata) else ["completion"]
+    if file.fim:
         found.append("insert")
-    template = runner.metadata.get("tokenizer.chat_template")
+    template = file.metadata.get("tokenizer.chat_template")
     if offers_tools(template):
         found.append("tools")
     if thinks(template):
@@ -66,7 +55,7 @@ def fill_in_middle(runner: ModelRunner, model: str, prompt: str, suffix: str, *,
                    raw: bool) -> str:
     """The prompt for a non-raw generate with `suffix`: prefix token, prompt, suffix token, suffix,
     middle token. Ollama's check first (a model without FIM tokens does not support insert)."""
-    pieces = fim_pieces(runner)
+    pieces = model_file.read(runner.path).fim
     if pieces is None:
         raise ApiError(f"{model} does not support insert (it has no fill-in-the-middle tokens)", 400)
     if raw:

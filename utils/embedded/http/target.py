@@ -15,6 +15,7 @@ import asyncio
 import json
 import threading
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -150,6 +151,22 @@ class InProcessTarget:
             found = self._samplings[id(options)] = (options, runner.parameters,
                                                      options.under(runner.parameters).sampling())
         return found[2]
+
+    @asynccontextmanager
+    async def hold(self, model: str, options: dict[str, Any]) -> AsyncIterator[float]:
+        """The model loaded as the answer's options load it, kept so until the answer ends: another
+        client's num_ctx or unload waits for it (LoadedModels.hold). A model that cannot be loaded is
+        not held: the answer's first request reports why, as it would over HTTP."""
+        try:
+            held = self.loaded.hold(model, self._parsed(options).num_ctx)
+            load = await held.__aenter__()
+        except Exception:  # noqa: BLE001 - reported by the answer's own requests
+            yield 0.0
+            return
+        try:
+            yield load
+        finally:
+            await held.__aexit__(None, None, None)
 
     async def _runner(self, model: str, options: Options) -> ModelRunner:
         try:

@@ -1,5 +1,13 @@
 """Structured output: `format` ("json" or a JSON schema) as a llama.cpp grammar that constrains sampling.
 
+A schema becomes a grammar by llama.cpp's own JSON-schema-to-grammar conversion, the one llama-server
+and Ollama apply (common/json-schema-to-grammar.cpp, behind a C entry point that scripts/install.sh
+adds to the build: scripts/patches/README.md): integer and number ranges, string lengths, patterns and
+formats, enums, item counts, `$ref`, `anyOf` and the same whitespace rule, so the server allows
+exactly the texts Ollama allows. What it cannot convert is refused as Ollama refuses it; a pattern
+it would loosen to any string (it only warns) is refused too, since the answer would not hold it.
+"json" is Ollama's own grammar of a JSON object (GRAMMAR_JSON).
+
 The embedded server samples in Python (utils/sampling.py), so the grammar is applied as llama.cpp's
 grammar sampler over the logits before a token is chosen. Checking the whole vocabulary costs a
 pass over every token's text, so, as llama.cpp's own common sampler does, the token is first chosen
@@ -9,7 +17,9 @@ as usual and only checked; the full pass runs only when the grammar rejects that
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -23,22 +33,80 @@ if TYPE_CHECKING:
 # The layout of llama.cpp's llama_token_data: id, logit, p.
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
+# `format: "json"`: any JSON object, with the rules of Ollama's grammar for it (llm/server.go): `/`
+# escapes, numbers of any length, and whitespace as any run of spaces, tabs and newlines.
+GRAMMAR_JSON = r"""
+root ::= object
+value ::= object | array | string | number | ("true" | "false" | "null") ws
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
+array ::= "[" ws ( value ("," ws value)* )? "]" ws
+string ::= "\"" (
+  [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])
+)* "\"" ws
+number ::= ("-"? ([0-9] | [1-9] [0-9]*)) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? ws
+ws ::= ([ \t\n] ws)?
+"""
+INVALID_SCHEMA = "invalid JSON schema in format"  # Ollama's message, with its status 500
+
+
+class SchemaError(ValueError):
+    """A schema llama.cpp's conversion refuses, with its reason."""
+
+
+@functools.cache
+def _converter() -> ctypes.CDLL:
+    import llama_cpp
+
+    library = ctypes.CDLL(str(Path(llama_cpp.__file__).parent / "lib" / "libllama-schema.so"))
+    library.llama_schema_to_grammar.restype = ctypes.c_void_p
+    library.llama_schema_to_grammar.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+    library.llama_schema_free.argtypes = [ctypes.c_void_p]
+    return library
+
+
+def schema_grammar(schema: dict[str, Any]) -> str:
+    """llama.cpp's GBNF grammar for a JSON schema (about 0.1 ms for a small one); SchemaError when it
+    cannot convert it."""
+    library, error = _converter(), ctypes.c_void_p()
+    grammar = library.llama_schema_to_grammar(json.dumps(schema).encode(), ctypes.byref(error))
+    if not grammar:
+        reason = ctypes.string_at(error.value).decode(errors="replace") if error.value else "no reason given"
+        library.llama_schema_free(error)
+        raise SchemaError(" ".join(reason.split()))
+    text = ctypes.string_at(grammar).decode()
+    library.llama_schema_free(grammar)
+    return text
+
+
+def _patterns(schema: Any) -> list[str]:
+    """Every `pattern` of a string schema inside `schema`."""
+    if isinstance(schema, list):
+        return [found for item in schema for found in _patterns(item)]
+    if not isinstance(schema, dict):
+        return []
+    own = [schema["pattern"]] if isinstance(schema.get("pattern"), str) else []
+    return own + [found for key, value in schema.items() if key not in ("enum", "const", "default", "examples")
+                  for found in _patterns(value)]
+
 
 def grammar_for(format: Any) -> str | None:
     """The GBNF grammar for a request's `format`, None when it asks for none. Ollama's rules: null and
     "" mean none, "json" any JSON object, an object a JSON schema; anything else is refused."""
-    from llama_cpp.llama_grammar import JSON_GBNF, json_schema_to_gbnf
-
     if format is None or format == "":
         return None
     if format == "json":
-        return JSON_GBNF
+        return GRAMMAR_JSON
     if not isinstance(format, dict):
         raise ApiError(f'invalid format: {json.dumps(format)}; expected "json" or a valid JSON Schema object', 400)
     try:
-        return json_schema_to_gbnf(json.dumps(format))
-    except Exception as error:  # noqa: BLE001 - the converter raises plain exceptions for unsupported schemas
-        raise ApiError(f"invalid JSON schema in format: {error}", 400) from None
+        for pattern in _patterns(format):  # llama.cpp accepts any string for a pattern it cannot convert
+            if "root ::= string\n" in schema_grammar({"type": "string", "pattern": pattern}):
+                raise SchemaError(f"pattern {pattern!r} cannot be held: llama.cpp's conversion (Ollama's too) "
+                                  "turns only patterns anchored with ^ and $, in the regex syntax it knows, "
+                                  "into a grammar, and would let any string through")
+        return schema_grammar(format)
+    except SchemaError as error:
+        raise ApiError(f"{INVALID_SCHEMA}: {error}", 500) from None
 
 
 def constraint_for(runner: ModelRunner, format: Any) -> GrammarConstraint | None:

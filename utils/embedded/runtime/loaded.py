@@ -2,13 +2,21 @@
 context (embedder.py), loaded on first use, reloaded for another num_ctx, unloaded per keep_alive
 (residency.py). Names are resolved against the store (utils/embedded/store/); a name that is not
 installed is Ollama's 404.
+
+A model in use is never reloaded or unloaded under its answers, as in Ollama's scheduler (a runner's
+reference count, server/sched.go): a request that needs it loaded otherwise (another num_ctx), an
+unload (`keep_alive: 0`, `/api/delete`) and the requests that arrive after them wait until the answers
+in flight end. In use: a job queued or running on its worker, or a `hold` (a speculated answer, whose
+rounds are many jobs with gaps between them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -20,6 +28,7 @@ from utils.embedded.store.models import ModelError, ModelStore
 from utils.embedded.store.names import not_found
 
 DEFAULT_NUM_CTX = 4096
+UNUSED_POLL_SECONDS = 0.01  # how often a waiting reload or unload looks whether the answers have ended
 
 
 class Loaded(Protocol):
@@ -43,7 +52,9 @@ class LoadedModels:
         self.gpu_layers, self.parallel = gpu_layers, parallel
         self.runners: dict[str, ModelRunner] = {}
         self.embedders: dict[str, Embedder] = {}
-        self.lock = asyncio.Lock()
+        self.lock = asyncio.Lock()  # held by a load, reload or unload, and while it waits for the answers
+        self.changing: str | None = None  # the model that the lock's holder loads or unloads
+        self.holds: Counter[str] = Counter()  # answers keeping a model as it is loaded (`hold`)
         self.residency = Residency(self.unload, self.busy)
 
     def resolve(self, name: str) -> str:
@@ -63,9 +74,13 @@ class LoadedModels:
 
     def ready(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> ModelRunner | None:
         """The common case of `get`, with no coroutine (the in-process target asks it every round):
-        the runner loaded under this very name with that context, nothing to check; else None."""
+        the runner loaded under this very name with that context, nothing to check; else None. While a
+        reload or unload of this model waits, only the requests of answers holding it pass: the others
+        queue behind it, in order (`get`)."""
         runner = self.runners.get(name)
-        if runner is None or runner.num_ctx != (num_ctx or _num_ctx(runner.parameters)) or self.lock.locked():
+        if runner is None or runner.num_ctx != (num_ctx or _num_ctx(runner.parameters)):
+            return None
+        if self.changing == name and not self.holds[name]:
             return None
         self.residency.touch(name, keep_alive)
         return runner
@@ -76,6 +91,8 @@ class LoadedModels:
         if runner is not None:
             return runner, 0.0
         name = self.resolve(name)
+        if (runner := self.ready(name, num_ctx, keep_alive)) is not None:  # asked by another of its names
+            return runner, 0.0
         self.residency.touch(name, keep_alive)  # an invalid keep_alive is a 400 before anything loads
         parameters = self.store.spec(name).parameters
         wanted = num_ctx or _num_ctx(parameters)
@@ -88,6 +105,20 @@ class LoadedModels:
 
         return await self._load(name, wanted, keep_alive, self.runners, "", make)
 
+    @asynccontextmanager
+    async def hold(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> AsyncIterator[float]:
+        """The model loaded, kept as it is until the block ends, and the seconds its load took: the
+        reference a speculated answer holds over its rounds, so that another client's num_ctx or
+        unload waits for the whole answer."""
+        runner, load = await self.get(name, num_ctx, keep_alive)
+        self.holds[runner.name] += 1  # no await since `get` returned: nothing can reload it in between
+        try:
+            yield load
+        finally:
+            self.holds[runner.name] -= 1
+            if not self.holds[runner.name]:
+                del self.holds[runner.name]
+
     async def embedder(self, name: str, num_ctx: int | None = None, keep_alive: Any = None) -> tuple[Embedder, float]:
         """The model's embedding context (embedder.py), loaded on first use like a runner."""
         name = self.resolve(name)
@@ -99,12 +130,13 @@ class LoadedModels:
     async def _load(self, name: str, wanted: int, keep_alive: Any, loaded: dict[str, L], purpose: str,
                     make: Callable[[Path], L]) -> tuple[L, float]:
         """`loaded[name]` with context `wanted`, (re)loaded by `make(path)` if needed; the load's time."""
-        async with self.lock:
+        async with self.lock, self._changing(name):
             current = loaded.get(name)
             if current and current.num_ctx == wanted:
                 return current, 0.0
             started = time.perf_counter()
             if current:
+                await self._until_unused(name)
                 await asyncio.to_thread(current.close)
             await self._verify(name, loaded)
             try:
@@ -124,25 +156,47 @@ class LoadedModels:
             raise ApiError(str(error), 500) from None
 
     def busy(self, name: str) -> bool:
+        """In use: held, a job queued or running on its runner, or an embedding being computed."""
         runner, embedder = self.runners.get(name), self.embedders.get(name)
-        return bool((runner and runner.answering)
+        return bool(self.holds[name] or (runner and runner.answering)
                     or (embedder and embedder.lock.locked()))
+
+    @asynccontextmanager
+    async def _changing(self, name: str) -> AsyncIterator[None]:
+        self.changing = name
+        try:
+            yield
+        finally:
+            self.changing = None
+
+    async def _until_unused(self, name: str) -> None:
+        """Wait, holding the lock, until the answers in flight on `name` have ended (those that hold it
+        still get its runner meanwhile: `ready`)."""
+        while self.busy(name):
+            await asyncio.sleep(UNUSED_POLL_SECONDS)
 
     async def unload(self, name: str, when_due: bool = True) -> None:
         """Free the model's runner and embedding context; from the reaper only once its keep_alive is over."""
-        async with self.lock:
-            if when_due and not self.residency.due(name):
+        async with self.lock, self._changing(name):
+            if when_due and (not self.residency.due(name) or self.busy(name)):
                 return  # used again while the reaper waited for the lock
+            await self._until_unused(name)
             self.residency.forget(name)
             for loaded in (self.runners.pop(name, None), self.embedders.pop(name, None)):
                 if loaded is not None:
                     await asyncio.to_thread(loaded.close)
 
     async def unload_now(self, name: str, keep_alive: Any) -> bool:
-        """Ollama's unload request (no prompt, keep_alive 0): free the model now; False if not asked."""
+        """Ollama's unload request (no prompt, keep_alive 0): free the model now, or, while it answers,
+        as soon as its answers end (the reaper: its keep_alive is now 0), answering at once as Ollama
+        does (expireRunner); False if not asked."""
         if keep_alive is None or keep_alive_seconds(keep_alive, self.residency.default) != 0:
             return False
-        await self.unload(self.resolve(name), when_due=False)
+        name = self.resolve(name)
+        if self.busy(name) and name in self.residency.last:
+            self.residency.touch(name, 0)
+        else:
+            await self.unload(name, when_due=False)
         return True
 
     async def close(self) -> None:

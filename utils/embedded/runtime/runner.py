@@ -103,14 +103,6 @@ class ModelRunner:
         """An answer is in progress or a request waits for the worker."""
         return bool(self.answers or self.pending) or not self.jobs.empty()
 
-    def vocabulary(self) -> list[str]:
-        """Token strings as the GGUF file writes them (what Ollama's verbose /api/show lists)."""
-        vocab = llama_cpp.llama_model_get_vocab(self.llama._model.model)
-        return [
-            llama_cpp.llama_vocab_get_text(vocab, t).decode("utf-8", errors="replace")
-            for t in range(self.vocab_size)
-        ]
-
     def submit(self, job: Job) -> None:
         job.submitted = time.perf_counter_ns()
         self.jobs.put(job)
