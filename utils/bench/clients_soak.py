@@ -1,6 +1,6 @@
 """The mixed-client soak (`cli.py bench-soak --mixed`): clients that disagree about `num_ctx`, on one model.
 
-Each client streams chat answers with its own `num_ctx`, as real clients do (aider sends 9200, Open
+Each client streams chat answers with its own `num_ctx` at its own pace, as real clients do (aider sends 9200, Open
 WebUI 2048, most clients none), asks `/api/show` before each answer and again at its first chunk (as
 litellm does), and `/api/tags` between answers. The server must never cut one client's answer for
 another's request: every answer must end with `stop` or at its own `num_predict`. A client whose
@@ -28,6 +28,7 @@ QUESTIONS = [
     "List three prime numbers and say why each is prime.",
     "Rewrite this line with a list comprehension: out = []; for x in xs: out.append(x * 2)",
 ]
+PAUSE_SECONDS = 4.0  # the most a client waits before its next answer
 RELOAD_SECONDS = 0.05  # a load_duration this long is a load (a model already loaded reports 0)
 
 
@@ -83,6 +84,7 @@ async def _answer(http: httpx.AsyncClient, model: str, num_ctx: int | None, num_
 async def _client(http: httpx.AsyncClient, model: str, num_ctx: int | None, answers: int, deadline: float,
                   rng: random.Random, tally: MixedTally) -> None:
     for _ in range(answers):
+        await asyncio.sleep(rng.uniform(0, PAUSE_SECONDS))  # clients come and go, each at its own pace
         if time.monotonic() >= deadline:
             return
         await _show(http, model, tally)
@@ -106,7 +108,7 @@ async def mixed_soak(url: str, model: str, answers: int, time_limit: float, seed
             "reload_first_chunk": tally.reload_first_chunk, "seconds": time.monotonic() - started}
 
 
-def mixed_report(result: dict[str, Any]) -> int:
+def mixed_report(result: dict[str, Any], proxied: bool = False) -> int:
     def median(values: list[float]) -> str:
         return f"{statistics.median(values):.2f} s (max {max(values):.2f})" if values else "none"
 
@@ -118,4 +120,7 @@ def mixed_report(result: dict[str, Any]) -> int:
     print(f"reloads: {result['reloads']}; time to the first chunk: {median(result['reload_first_chunk'])} "
           f"when the answer reloaded the model (waiting for the answers in flight, then loading), "
           f"{median(result['first_chunk'])} otherwise")
+    if proxied:
+        print("  (through the proxy, the answers it speculates report no load_duration: it cannot see the "
+              "server's loads, so their reloads count as 'otherwise')")
     return 0 if not result["cut"] and not result["failures"] and result["answers"] else 1

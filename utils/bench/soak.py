@@ -207,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.mixed:
             with proxied(server.url, args.proxy) as url:
-                return mixed_report(asyncio.run(mixed_soak(url, args.model, args.requests, args.time_limit, args.seed)))
+                result = asyncio.run(mixed_soak(url, args.model, args.requests, args.time_limit, args.seed))
+                return mixed_report(result, proxied=args.proxy)
         result = asyncio.run(soak(server.url, server.process.pid, args.requests, args.time_limit,
                                   args.concurrency, args.seed))
     finally:
