@@ -4,12 +4,14 @@ failures, which must be the same `ServerError` kinds the engine gets over HTTP."
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.support.models import SMALL
 from utils.bench.in_process import LocalBench
 from utils.engine.client import OllamaClient
-from utils.engine.target import ContextFull, Drain, ModelNotFound
+from utils.engine.target import AnswerFormat, ContextFull, Drain, ModelNotFound
 
 
 @pytest.fixture
@@ -65,3 +67,26 @@ async def test_failures_are_the_engines_error_kinds(local):
         await local.show("no-such-model:1b")
     with pytest.raises(ContextFull):
         await local.next_tokens(SMALL, ["x " * 3000], [{"temperature": 0, "num_ctx": 2048}])
+
+
+async def test_a_format_resumes_mid_answer_as_if_the_answer_had_run_on(local):
+    """`format` speculated in process (AnswerFormat): after any part of the answer, a burst's tokens
+    and a resumed stream are those of the answer generated under the grammar from its start, and a
+    draft that leaves the schema is verified without harm (its rows are never read)."""
+    schema = {"type": "object", "required": ["name", "age"], "additionalProperties": False,
+              "properties": {"name": {"type": "string", "maxLength": 12}, "age": {"type": "integer", "maximum": 9}}}
+    prompt = await local.render_chat(SMALL, [{"role": "user", "content": "Tom is a cat of 3. Describe him."}], {})
+    options, grammar = {"temperature": 0, "num_predict": 60}, AnswerFormat(schema, len(prompt))
+    whole = [c async for c in local.stream_raw(SMALL, prompt, options, format=grammar)]
+    pieces = [c.text for c in whole if c.tokens]
+    assert whole[-1].done_reason == "stop" and json.loads("".join(pieces))["age"] <= 9
+    for at in range(0, len(pieces) - 3, 3):
+        answer = prompt + "".join(pieces[:at])
+        burst = [answer + "".join(pieces[at:at + i]) for i in range(4)]
+        steps = await local.next_tokens(SMALL, burst, [{"temperature": 0}] * 4, format=grammar)
+        assert [s.token.text for s in steps] == pieces[at:at + 4]
+        rest = [c.text async for c in local.stream_raw(SMALL, answer, options, format=grammar)]
+        assert "".join(rest) == "".join(pieces[at:])
+    wrong = await local.next_tokens(SMALL, [prompt, prompt + "Tom", prompt + "Tom is"], [{"temperature": 0}] * 3,
+                                    format=grammar)
+    assert wrong[0].token.text == pieces[0]  # "Tom" is no JSON: the target's own token differs from it

@@ -20,6 +20,7 @@ from typing import Any
 
 from utils.burst import EVENTS, NO_SPECULATION, announce
 from utils.engine.target import (
+    AnswerFormat,
     Chunk,
     ContextFull,
     Drain,
@@ -70,6 +71,7 @@ class OllamaClient:
     """A client of one Ollama (or embedded) server. Methods map onto the HTTP endpoints the engine uses."""
 
     drains = False  # a stream ends only by closing it (target.Drain)
+    constrains = False  # a `format` grammar starts where the prompt ends, never mid-answer (target.AnswerFormat)
 
     def __init__(self, host: str, *, connect_timeout: float = 5.0, timeout: float = 300.0):
         self.host, self.connect_timeout, self.timeout = host, connect_timeout, timeout
@@ -241,15 +243,18 @@ class OllamaClient:
                 **({"format": format} if format is not None else {})}
 
     async def stream_raw(
-        self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0, format: Any = None,
-        drain: Drain | None = None,
+        self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
+        format: AnswerFormat | None = None, drain: Drain | None = None,
     ) -> AsyncIterator[Chunk]:
         """Raw streaming generation, chunk by chunk as the server sends them.
 
         Leaving the loop early closes the HTTP stream, which stops generation on the server; `drain`
         cannot be honoured over HTTP (`drains` is False): the engine closes the stream instead.
         """
-        body = self._generate_body(model, prompt, options, top_logprobs, stream=True, format=format)
+        if format is not None and format.start != len(prompt):
+            raise ValueError("over HTTP a format's grammar starts where the prompt ends (Target.constrains)")
+        body = self._generate_body(model, prompt, options, top_logprobs, stream=True,
+                                   format=None if format is None else format.format)
         async for message in self._stream("/api/generate", body):
             done = message.get("done")
             yield Chunk(message.get("response") or "", _tokens(message),
@@ -266,12 +271,14 @@ class OllamaClient:
         return _step(await self._request("POST", "/api/generate", body, burst))
 
     async def next_tokens(self, model: str, prompts: list[str], options: list[dict[str, Any]],
-                          top_logprobs: int = 0) -> list[Step]:
+                          top_logprobs: int = 0, format: AnswerFormat | None = None) -> list[Step]:
         """`next_token` for each prompt, all at once: one validator burst.
 
         A server that says it has the burst endpoint (the embedded one, utils/embedded/http/burst_api.py)
         gets them in one HTTP request; any other Ollama gets one request each, concurrently, each
-        announcing the burst (utils/burst.py)."""
+        announcing the burst (utils/burst.py). No `format`: over HTTP a grammar cannot resume mid-answer."""
+        if format is not None:
+            raise ValueError("over HTTP a format's grammar cannot resume mid-answer (Target.constrains)")
         if len(prompts) > 1 and (await self.about()).get("burst_endpoint"):
             bodies = [self._generate_body(model, prompt, {**each, "num_predict": 1}, top_logprobs, stream=False)
                       for prompt, each in zip(prompts, options)]

@@ -63,13 +63,14 @@ class SpeculativeDecoder:
         Raises ServerError with the server's message (an unknown model, an unreachable server)."""
         info = await model_info(self.target, self.target_model, self.target.described)
         sampling, stops = info.sampling(request.options), info.stops(request.options)
-        if why := standard_reason(info, request.format, request.think):  # no drafter could speculate it
+        if why := standard_reason(info, request.format, request.think, self.target.constrains):
             return Plan(info, sampling, stops, code=why[0], reason=why[1], thinking=why[0] == "thinking")
         if self.drafter is None:
             return Plan(info, sampling, stops)
         if gate := await verification_gate(self.target, info, request.raw_options):
             return Plan(info, sampling, stops, code="server", reason=gate)
-        exact = self.drafter.exact_distribution and await self.target.exact_logprobs()
+        # Under a grammar the top log-probabilities are not what is sampled from: sample-match, not rejection.
+        exact = self.drafter.exact_distribution and await self.target.exact_logprobs() and request.format is None
         method = choose_method(sampling, exact)
         controller = self._controller(method, request.k)
         if controller.skips(leaving_segment=not self.target.drains):
@@ -203,10 +204,10 @@ class SpeculativeDecoder:
         count = 0
         drain = Drain()  # in process, the segment ends after the token in flight, which is used (target.py)
         try:
-            # `format` only ever reaches here with no drafter: one segment, the whole answer, so the
-            # grammar starts where the answer starts.
+            # `format`: the grammar resumes after the answer's text so far (over HTTP there is only
+            # one segment, from the answer's start: planning.standard_reason).
             async for chunk in self.target.stream_raw(self.target_model, answer.context, request,
-                                                      format=answer.request.format, drain=drain):
+                                                      format=answer.format, drain=drain):
                 if chunk.tokens and first_token_at is None:
                     first_token_at = time.perf_counter()
                 count += len(chunk.tokens)
@@ -274,7 +275,7 @@ class SpeculativeDecoder:
             answer.empty_drafts = 0
             verdict = await asyncio.wait_for(
                 self.validator.verify(answer.context, draft, answer.plan.sampling, method, answer.rng,
-                                      answer.request.raw_options),
+                                      answer.request.raw_options, answer.format),
                 self.config.verify_timeout)
         except (TimeoutError, ServerError, OSError) as error:
             yield self._fall_back(answer, error)

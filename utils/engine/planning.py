@@ -2,7 +2,7 @@
 
 An answer is speculated only where the result is the one upstream would give to the same request
 asked directly. Everything else is generated standard from the start with a reason (the proxy passes
-such a request on unchanged): a grammar (`format`), a thinking model that thinks (only the server's
+such a request on unchanged): a grammar (`format`) over HTTP, a thinking model that thinks (only the server's
 own parser splits `thinking` from the content), model parameters speculation does not keep exact,
 a server whose one-token answers cannot verify drafts, and a server where speculation has not paid.
 """
@@ -22,8 +22,8 @@ from utils.sampling import SamplingOptions
 # Since Ollama 0.15.5 a `num_predict: 1` request returns its token (0.12.11-0.15.4's Go engine did not).
 ONE_TOKEN_SINCE = (0, 15, 5)
 
-FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the server, which speculation does "
-                 "not apply: generated standard")
+FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the server, whose state cannot be "
+                 "resumed mid-answer over HTTP: generated standard (`cli.py serve` speculates it in process)")
 THINKING_REASON = ("{model} thinks in this answer (a thinking model thinks unless asked `think: false`): only the "
                    "server's own parser splits its reasoning from the answer, so upstream generates it standard "
                    "(send `think: false` to have it speculated)")
@@ -66,9 +66,11 @@ def thinks(info: ModelInfo, think: bool | str | None) -> bool:
     return info.thinks if think is None else think not in (False, "false", "")
 
 
-def standard_reason(info: ModelInfo, request_format: Any, think: bool | str | None) -> tuple[str, str] | None:
-    """(code, reason) for an answer that no server could speculate exactly, else None."""
-    if request_format is not None:
+def standard_reason(info: ModelInfo, request_format: Any, think: bool | str | None,
+                    constrains: bool = False) -> tuple[str, str] | None:
+    """(code, reason) for an answer that no drafter could speculate exactly on this server, else None;
+    `constrains`: the server resumes a `format` grammar mid-answer (Target.constrains)."""
+    if request_format is not None and not constrains:
         return "format", FORMAT_REASON
     if thinks(info, think):
         return "thinking", THINKING_REASON.format(model=info.name)

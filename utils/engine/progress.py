@@ -16,6 +16,7 @@ from utils.engine.output import Output
 from utils.engine.planning import Plan
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats
+from utils.engine.target import AnswerFormat
 from utils.sampling import GREEDY, SamplingOptions
 
 RECENT_TOKENS = 16  # the last tokens an answer keeps, to measure what verifying costs (_measure_verification)
@@ -70,6 +71,11 @@ class AnswerState:
     @property
     def context(self) -> str:
         return self.prompt + self.output.generated
+
+    @property
+    def format(self) -> AnswerFormat | None:
+        """The request's `format` as the target resumes it: it constrains the text after the prompt."""
+        return None if self.request.format is None else AnswerFormat(self.request.format, len(self.prompt))
 
     def note_prompt_tokens(self, count: int) -> None:
         """The server's token count of the prompt alone, from the first answer that reports one."""

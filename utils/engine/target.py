@@ -122,6 +122,16 @@ def refusal(status: int, message: str, host: str = "") -> ServerError:
     return kind(message, status, host)
 
 
+@dataclass(frozen=True)
+class AnswerFormat:
+    """A request's `format` ("json" or a JSON schema) mid-answer: its grammar constrains each prompt's
+    text from `start` on (where the answer began). A server resumes it only in process (`constrains`):
+    over HTTP a grammar always starts where the prompt ends."""
+
+    format: Any
+    start: int
+
+
 def nothing_held(model: str, options: dict[str, Any]) -> AbstractAsyncContextManager[float]:
     """`Target.hold` of a server over HTTP: it keeps its models loaded as its own scheduler decides."""
     return nullcontext(0.0)
@@ -135,6 +145,7 @@ class Target(Protocol):
     url: str
     described: dict[tuple[str, str], Any]
     drains: bool  # whether stream_raw honours `drain` (in process); else the engine closes the stream
+    constrains: bool  # whether a `format` resumes mid-answer (in process: AnswerFormat); else only from its start
 
     async def about(self) -> dict[str, Any]:
         """Ollama's `/api/version`, with the embedded server's own fields (`embedded`, `exact_logprobs`)."""
@@ -164,7 +175,7 @@ class Target(Protocol):
         ...
 
     def stream_raw(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
-                   format: Any = None, drain: Drain | None = None) -> AsyncIterator[Chunk]:
+                   format: AnswerFormat | None = None, drain: Drain | None = None) -> AsyncIterator[Chunk]:
         """Raw generation after `prompt`, chunk by chunk; leaving early stops it. With `drain` requested
         (where `drains`), the stream ends after the token already being computed, without a closing
         chunk unless the model itself ended. With `top_logprobs` 0 here and below, a token's own
@@ -177,8 +188,9 @@ class Target(Protocol):
         ...
 
     async def next_tokens(self, model: str, prompts: list[str], options: list[dict[str, Any]],
-                          top_logprobs: int = 0) -> list[Step]:
-        """`next_token` for each prompt, evaluated together: one validator burst."""
+                          top_logprobs: int = 0, format: AnswerFormat | None = None) -> list[Step]:
+        """`next_token` for each prompt, evaluated together: one validator burst; with `format` (where
+        `constrains`), each token the one the grammar allows after its prompt's answer text."""
         ...
 
     def hold(self, model: str, options: dict[str, Any]) -> AbstractAsyncContextManager[float]:

@@ -30,7 +30,7 @@ import numpy as np
 from utils.engine.drafters import Draft
 from utils.engine.events import Origin
 from utils.engine.stats import Method
-from utils.engine.target import Step, Target
+from utils.engine.target import AnswerFormat, Step, Target
 from utils.sampling import SamplingOptions, text_distribution
 
 END = ""  # how an end-of-text token appears among top log-probabilities
@@ -63,10 +63,12 @@ class PromptPrefixValidator:
         self.server, self.model = server, model
 
     async def verify(self, context: str, draft: Draft, options: SamplingOptions, method: Method,
-                     rng: np.random.Generator, sent: dict[str, Any] | None = None) -> Verdict:
+                     rng: np.random.Generator, sent: dict[str, Any] | None = None,
+                     format: AnswerFormat | None = None) -> Verdict:
         """`options`: how the target samples (the model's parameters and the client's options merged);
         `sent`: the client's own options, which every request carries, so that upstream merges them
-        with the model's parameters as for a direct request and never reloads for a num_ctx of ours."""
+        with the model's parameters as for a direct request and never reloads for a num_ctx of ours;
+        `format`: the answer's grammar, which the target applies at every position (in process)."""
         prompts = [context + "".join(draft.pieces[:i]) for i in range(len(draft) + 1)]
         sent = {key: value for key, value in (sent or {}).items() if key != "seed"}
         base: dict[str, Any] = {**sent, "temperature": 0}
@@ -78,7 +80,7 @@ class PromptPrefixValidator:
         elif method == "rejection":
             top = MAX_TOP_LOGPROBS
         steps = await self.server.next_tokens(
-            self.model, prompts, [base if seed is None else {**base, "seed": seed} for seed in seeds], top)
+            self.model, prompts, [base if seed is None else {**base, "seed": seed} for seed in seeds], top, format)
         if method == "rejection":
             verdict = self._rejection(steps, draft, options, rng)
         else:

@@ -1,8 +1,10 @@
 """Speculate or forward: which requests the engine answers exactly, and what they ask for.
 
 A request is speculated only when every field it carries is one the engine honours exactly; any
-other field (`format`, `tools`, `images`, an option the validator would not keep exact, ...) sends it
-upstream unchanged, with the reason recorded. Nothing is ignored silently.
+other field (`tools`, `images`, an option the validator would not keep exact, ...) sends it upstream
+unchanged, with the reason recorded. Nothing is ignored silently. `format` goes to the engine, whose
+plan speculates it where the server resumes a grammar mid-answer (in process) and passes it on
+elsewhere (planning.standard_reason).
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from utils.engine.request import GenerationRequest
 SPECULATED_OPTIONS = {"temperature", "top_k", "top_p", "min_p", "seed", "num_predict", "stop", "num_ctx"}
 # Request fields the engine honours (model and stream are read here; keep_alive is passed upstream).
 # `think` is honoured by the engine's plan: a thinking model that thinks is passed on (planning.py).
-GENERATE_FIELDS = {"model", "prompt", "system", "raw", "stream", "options", "keep_alive", "think"}
-CHAT_FIELDS = {"model", "messages", "stream", "options", "keep_alive", "think"}
+GENERATE_FIELDS = {"model", "prompt", "system", "raw", "stream", "options", "keep_alive", "think", "format"}
+CHAT_FIELDS = {"model", "messages", "stream", "options", "keep_alive", "think", "format"}
 MESSAGE_FIELDS = {"role", "content"}
 
 
@@ -70,7 +72,9 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], k: int | None = None) -> 
     # The options exactly as sent (null ones are unset, as Ollama reads them): the engine passes them
     # on, and upstream merges them with the model's own parameters as for a direct request.
     sent = {key: value for key, value in options.items() if value is not None}
-    think = body.get("think")
+    think, shape = body.get("think"), body.get("format") or None
+    if shape is not None and shape != "json" and not isinstance(shape, dict):
+        return Forward("invalid", "a format that is neither \"json\" nor a schema is upstream's to refuse")
     if isinstance(parsed, ChatBody):
         messages = body.get("messages") or []
         for message in messages:
@@ -80,10 +84,12 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], k: int | None = None) -> 
         if not messages:
             return Forward("load", "a chat without messages loads the model: upstream does that")
         request = GenerationRequest(messages=[{"role": m.role, "content": m.content} for m in parsed.messages],
-                                    options=sent, max_tokens=parsed.options.num_predict, k=k, think=think)
+                                    options=sent, max_tokens=parsed.options.num_predict, k=k, think=think,
+                                    format=shape)
     else:  # a GenerateBody
         if not parsed.prompt:
             return Forward("load", "an empty prompt loads the model: upstream does that")
         request = GenerationRequest(prompt=parsed.prompt, raw=parsed.raw, system=parsed.system,
-                                    options=sent, max_tokens=parsed.options.num_predict, k=k, think=think)
+                                    options=sent, max_tokens=parsed.options.num_predict, k=k, think=think,
+                                    format=shape)
     return Speculation(model, request, parsed.stream, body.get("keep_alive"))

@@ -23,14 +23,15 @@ from utils.api.http import ApiError
 from utils.api.schemas import Options
 from utils.burst import new_id
 from utils.embedded.http.text import TextAssembler
-from utils.embedded.runtime.grammar import constraint_for
+from utils.embedded.runtime.grammar import GrammarConstraint, GrammarCursor
 from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
 from utils.embedded.runtime.loaded import LoadedModels
 from utils.embedded.runtime.runner import ModelRunner
-from utils.engine.target import Chunk, Drain, ServerError, Step, Token, parse_version, refusal
+from utils.engine.target import AnswerFormat, Chunk, Drain, ServerError, Step, Token, parse_version, refusal
 from utils.sampling import SamplingOptions
 
 URL = "in-process://embedded"  # names this server in the engine's caches
+MAX_CURSORS = 16  # grammars of answers in progress kept at once (an answer past them starts its own again)
 
 
 def _unset(_: object) -> None:
@@ -59,6 +60,7 @@ class InProcessTarget:
 
     url = URL
     drains = True  # stream_raw ends after the token in flight when asked (engine.target.Drain)
+    constrains = True  # a `format` grammar resumes mid-answer (GrammarCursor)
 
     def __init__(self, app: Callable[..., Any], models: LoadedModels, about: dict[str, Any]):
         self.app, self.loaded, self._about = app, models, about
@@ -68,6 +70,7 @@ class InProcessTarget:
         # The runner's own time for the latest burst or stream, and how many evaluations a burst took
         # (its jobs evaluated together report the same one): bench-overhead holds wall time to them.
         self.engine_ns, self.evaluations = 0, 0
+        self._cursors: dict[tuple[str, str, str], GrammarCursor] = {}  # the answers' grammars (`_constraints`)
 
     async def aclose(self) -> None:
         return None
@@ -175,9 +178,31 @@ class InProcessTarget:
             raise _error(error) from None
         return runner
 
+    def _constraints(self, runner: ModelRunner, model: str, format: AnswerFormat | None,
+                     prompts: list[str]) -> list[GrammarConstraint | None]:
+        """Each prompt's constraint: the answer's grammar after the first prompt's answer text, then
+        after the rest of the prompt (a draft); None without `format`, or past a draft the grammar
+        does not allow (whose rows verification never reads: the target's token before it differs)."""
+        if format is None:
+            return [None] * len(prompts)
+        answer = prompts[0]
+        key = (model, json.dumps(format.format, sort_keys=True), answer[: format.start])
+        cursor = self._cursors.get(key)
+        if cursor is None:
+            if len(self._cursors) >= MAX_CURSORS:  # answers that ended: the oldest goes
+                self._cursors.pop(next(iter(self._cursors))).close()
+            try:
+                cursor = self._cursors[key] = GrammarCursor(runner, format.format)
+            except ApiError as error:
+                raise _error(error) from None
+        try:
+            return [cursor.fork(answer[format.start:], prompt[len(answer):]) for prompt in prompts]
+        except ApiError as error:
+            raise _error(error) from None
+
     @staticmethod
     def _job(runner: ModelRunner, prompt: str, sampling: SamplingOptions, num_predict: int, top_logprobs: int,
-             format: Any = None, on_token: Callable[[TokenInfo], None] = _unset,
+             constraint: GrammarConstraint | None = None, on_token: Callable[[TokenInfo], None] = _unset,
              on_done: Callable[[Completion | RunnerError], None] = _unset, cancelled: threading.Event | None = None,
              burst: tuple[str, int] | None = None) -> Job:
         # As a raw /api/generate with `truncate: false` (the engine's requests, client.py): a prompt
@@ -187,8 +212,7 @@ class InProcessTarget:
         job = Job(prompt.encode("utf-8", errors="surrogatepass"), sampling,
                   num_predict if num_predict >= 0 else 1 << 30, top_logprobs or None, on_token, on_done,
                   cancelled or threading.Event(), burst=burst, truncate=False)
-        if format is not None:
-            job.constraint = constraint_for(runner, format)
+        job.constraint = constraint
         return job
 
     async def next_token(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
@@ -196,7 +220,7 @@ class InProcessTarget:
         return (await self.next_tokens(model, [prompt], [options], top_logprobs))[0]
 
     async def next_tokens(self, model: str, prompts: list[str], options: list[dict[str, Any]],
-                          top_logprobs: int = 0) -> list[Step]:
+                          top_logprobs: int = 0, format: AnswerFormat | None = None) -> list[Step]:
         """K+1 one-token jobs, announced as one burst: evaluated together, submitted in order. Built
         with as little Python as will do (it runs on caches the last decode left cold): each option set
         is read once, and the jobs share one cancellation."""
@@ -218,9 +242,10 @@ class InProcessTarget:
                 loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
 
         announced, cancelled = (new_id(), len(prompts)), threading.Event()
-        jobs = [self._job(runner, prompt, sampling[id(each)], 1, top_logprobs, cancelled=cancelled, burst=announced,
-                          on_token=partial(tokens.__setitem__, index), on_done=partial(done, index))
-                for index, (prompt, each) in enumerate(zip(prompts, options))]
+        constraints = self._constraints(runner, model, format, prompts)
+        jobs = [self._job(runner, prompt, sampling[id(each)], 1, top_logprobs, constraint, cancelled=cancelled,
+                          burst=announced, on_token=partial(tokens.__setitem__, index), on_done=partial(done, index))
+                for index, (prompt, each, constraint) in enumerate(zip(prompts, options, constraints))]
         runner.submit_all(jobs)
         try:
             await finished
@@ -239,7 +264,7 @@ class InProcessTarget:
         return steps
 
     async def stream_raw(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
-                         format: Any = None, drain: Drain | None = None) -> AsyncIterator[Chunk]:
+                         format: AnswerFormat | None = None, drain: Drain | None = None) -> AsyncIterator[Chunk]:
         """A raw streamed generation: one chunk per token, then the closing one. Leaving early cancels
         the job, as a closed connection does over HTTP. With `drain` requested, the job is cancelled
         and read to its end: the worker, which checks for that after each token it gives, gives the
@@ -248,7 +273,8 @@ class InProcessTarget:
         model itself ended the text."""
         runner = await self._runner(model, parsed := self._parsed(options))
         parsed = parsed.under(runner.parameters)
-        job = self._job(runner, prompt, self._sampling(runner, parsed), parsed.num_predict, top_logprobs, format)
+        job = self._job(runner, prompt, self._sampling(runner, parsed), parsed.num_predict, top_logprobs,
+                        self._constraints(runner, model, format, [prompt])[0])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[TokenInfo | Completion | RunnerError] = asyncio.Queue()
         job.on_token = job.on_done = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)

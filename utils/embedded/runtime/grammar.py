@@ -120,21 +120,76 @@ def constraint_for(runner: ModelRunner, format: Any) -> GrammarConstraint | None
     return GrammarConstraint(vocab, runner.vocab_size, grammar)
 
 
+class GrammarCursor:
+    """A `format`'s grammar resumed mid-answer, for a speculated answer in process: the state after the
+    answer's text so far (kept, and advanced as the answer grows), from which each request forks its
+    own constraint, after a draft's text where it verifies one.
+
+    A grammar consumes characters, whatever tokens carry them, so text is fed to it as the model's
+    tokenizer cuts it. Text the grammar does not allow (a draft that leaves the schema) is not fed:
+    the fork is None. Used on the event loop's thread; the forks go to the model's worker."""
+
+    def __init__(self, runner: ModelRunner, format: Any):
+        from llama_cpp import llama_cpp
+
+        from utils.embedded.runtime.llama_params import tokenizer
+
+        self.grammar = grammar_for(format)
+        assert self.grammar is not None, "a cursor is made for a format"
+        self.vocab, self.vocab_size = llama_cpp.llama_model_get_vocab(runner.llama._model.model), runner.vocab_size
+        self.tokenize = tokenizer(self.vocab)
+        self.state, self.text = GrammarConstraint(self.vocab, self.vocab_size, self.grammar), ""
+
+    def fork(self, answer: str, draft: str = "") -> GrammarConstraint | None:
+        """A constraint for the token after `answer` + `draft`; `answer` is the answer's text so far,
+        which the cursor keeps (an answer it does not continue starts it again)."""
+        if not answer.startswith(self.text):
+            self.state.close()
+            self.state, self.text = GrammarConstraint(self.vocab, self.vocab_size, self.grammar), ""
+        if not self._feed(self.state, answer[len(self.text):]):
+            raise ApiError("the answer so far does not hold its format's grammar", 500)
+        self.text = answer
+        fork = self.state.clone()
+        if draft and not self._feed(fork, draft):
+            fork.close()
+            return None
+        return fork
+
+    def _feed(self, state: GrammarConstraint, text: str) -> bool:
+        for token in self.tokenize(text.encode("utf-8", errors="surrogatepass"), False) if text else ():
+            if not state.allows(token):
+                return False
+            state.accept(token)
+        return True
+
+    def close(self) -> None:
+        self.state.close()
+
+
 class GrammarConstraint:
     """One answer's grammar state on one model's vocabulary; used by that model's worker thread only."""
 
     sampler = None  # until llama.cpp has made one
 
-    def __init__(self, vocab: Any, vocab_size: int, grammar: str):
+    def __init__(self, vocab: Any, vocab_size: int, grammar: str | None, sampler: Any = None):
         from llama_cpp import llama_cpp
 
-        self._llama = llama_cpp
-        self.sampler = llama_cpp.llama_sampler_init_grammar(vocab, grammar.encode("utf-8"), b"root")
+        self._llama, self.vocab, self.vocab_size = llama_cpp, vocab, vocab_size
+        self.sampler = sampler or llama_cpp.llama_sampler_init_grammar(vocab, (grammar or "").encode("utf-8"), b"root")
         if not self.sampler:
             raise ApiError("invalid JSON schema in format: llama.cpp could not parse its grammar", 400)
-        self.candidates = np.zeros(vocab_size, dtype=_TOKEN_DATA)
-        self.candidates["id"] = np.arange(vocab_size, dtype=np.int32)
         self.one = np.zeros(1, dtype=_TOKEN_DATA)
+
+    @functools.cached_property
+    def candidates(self) -> np.ndarray:
+        """Every token, for the full pass (`choose`): made only when it runs, not per fork."""
+        candidates = np.zeros(self.vocab_size, dtype=_TOKEN_DATA)
+        candidates["id"] = np.arange(self.vocab_size, dtype=np.int32)
+        return candidates
+
+    def clone(self) -> GrammarConstraint:
+        """Another constraint in this one's state, which each then changes on its own."""
+        return GrammarConstraint(self.vocab, self.vocab_size, None, self._llama.llama_sampler_clone(self.sampler))
 
     def _apply(self, data: np.ndarray) -> None:
         array = self._llama.llama_token_data_array(
