@@ -1,6 +1,6 @@
 """Command line: serve | proxy | models | generate | bench, and the benchmark probes bench-overhead |
-bench-verification | bench-decode | bench-ceiling | bench-proxy | bench-soak. `python cli.py COMMAND --help`
-for each."""
+bench-verification | bench-decode | bench-ceiling | bench-proxy | bench-soak | bench-extract.
+`python cli.py COMMAND --help` for each."""
 
 from __future__ import annotations
 
@@ -253,6 +253,7 @@ PROBES = {
     "bench-ceiling": ("utils.bench.ceiling", "the most a drafter can give here: a clairvoyant controller"),
     "bench-proxy": ("utils.bench.proxy", "through the speculative proxy against straight to its upstream"),
     "bench-soak": ("utils.bench.soak", "soak test of the embedded server: mixed requests, failures, memory"),
+    "bench-extract": ("utils.bench.extraction", "structured extraction (format) speculated by cli.py serve"),
 }
 
 
