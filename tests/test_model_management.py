@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -109,6 +110,24 @@ def test_pull_streams_ollamas_progress_and_installs(empty):
         client.pull("nosuch:1b")
     assert unknown.value.status_code == 404 and "catalogue" in unknown.value.error
     still_serving(client)
+
+
+def test_deleting_a_model_that_answers_waits_for_its_answer(managed):
+    """As a reload or an unload does (utils/embedded/runtime/loaded.py): the answer in flight ends whole,
+    then the model goes."""
+    url, _ = managed
+    client = ollama.Client(host=url)
+    client.copy(SMALL, "busy:copy")
+    body = {"model": "busy:copy", "prompt": ", ".join(map(str, range(1, 30))), "raw": True, "stream": True,
+            "options": {"temperature": 0, "num_predict": 120}}
+    with httpx.stream("POST", f"{url}/api/generate", json=body, timeout=300) as response:
+        lines = response.iter_lines()
+        next(lines)
+        deleting = ThreadPoolExecutor(1).submit(httpx.request, "DELETE", f"{url}/api/delete",
+                                                json={"model": "busy:copy"}, timeout=300)
+        final = json.loads([line for line in lines if line][-1])
+    assert final["done_reason"] == "length" and final["eval_count"] == 120
+    assert deleting.result().status_code == 200 and "busy:copy" not in tags(client)
 
 
 def test_copy_then_delete_each_name_alone(managed):

@@ -88,9 +88,10 @@ def test_an_answer_says_what_speculation_did_and_an_opted_out_one_is_standard(se
     assert speculated["speculative"]["drafter"] == "lookup" and speculated["speculative"]["draft_tokens"] > 0
     assert "speculative" not in standard
     # What speculation cannot serve exactly goes to the server's own generation, unchanged.
-    shaped = httpx.post(f"{served}/api/generate", json={**body, "format": "json"}, timeout=300).json()
-    assert "speculative" not in shaped and shaped["done"] is True
-    assert 'reason="format"' in httpx.get(f"{served}/metrics", timeout=30).text
+    seeded = httpx.post(f"{served}/api/generate", json={**body, "options": {"temperature": 0.7, "seed": 1}},
+                        timeout=300).json()
+    assert "speculative" not in seeded and seeded["done"] is True
+    assert 'reason="option:seed"' in httpx.get(f"{served}/metrics", timeout=30).text
 
 
 FORMATS = [
@@ -171,11 +172,11 @@ def test_the_engines_events_stream_to_a_client_that_asks_with_its_settings_appli
     assert drafted(served, DRAFT)[0] - before[0] == done.stats.drafted_tokens  # counted in /metrics
     plain = asyncio.run(served_answer("none"))[-1]
     assert plain.text == standard["response"] and plain.stats.mode == "standard" and plain.stats.drafts == 0
-    shaped = asyncio.run(served_answer("lookup", format="json"))[-1]  # the engine's standard, with the grammar
+    shaped = asyncio.run(served_answer("lookup", format="json"))[-1]  # speculated under the grammar, in process
     own = httpx.post(f"{served}/api/generate", json={**body, "format": "json", "stream": False}, headers=OFF,
                      timeout=300).json()
-    assert shaped.text == own["response"] and shaped.stats.mode == "standard" and shaped.stats.drafts == 0
-    assert any("format" in fallback.reason for fallback in shaped.stats.fallbacks)
+    assert shaped.text == own["response"] and shaped.stats.mode == "speculative"
+    assert not any("format" in fallback.reason for fallback in shaped.stats.fallbacks)
 
     for headers, sent, kind, words in (({"x-speculation-k": "99"}, None, RequestRefused, "X-Speculation-K"),
                                        ({"x-speculation-p-min": "2"}, None, RequestRefused, "P-Min"),

@@ -23,7 +23,7 @@ def implementations() -> list[type]:
 def test_the_interface_names_what_the_engine_asks() -> None:
     assert {"next_tokens", "next_token", "stream_raw", "render_chat", "show", "stream_answer",
             "exact_logprobs", "aclose"} <= set(MEMBERS)
-    assert set(Target.__annotations__) == {"url", "described", "drains"}
+    assert set(Target.__annotations__) == {"url", "described", "drains", "constrains"}
 
 
 @pytest.mark.parametrize("name", MEMBERS)
@@ -49,6 +49,7 @@ def test_each_implementation_names_its_server_and_says_whether_it_drains() -> No
 
     assert InProcessTarget.url == URL and OllamaClient("127.0.0.1:1").url == "http://127.0.0.1:1"
     assert InProcessTarget.drains is True and OllamaClient.drains is False  # over HTTP a stream can only close
+    assert InProcessTarget.constrains is True and OllamaClient.constrains is False  # a grammar resumes in process
 
 
 @pytest.mark.parametrize("headers, off", [

@@ -303,7 +303,8 @@ class RecordingServer:
         self.answers, self.calls, self.bursts = answers, [], []
 
     async def next_tokens(self, model: str, prompts: list[str], options: list[dict],
-                          top_logprobs: int = 0) -> list[Step]:
+                          top_logprobs: int = 0, format: object = None) -> list[Step]:
+        assert format is None  # these drafts carry no grammar
         self.bursts.append(len(prompts))
         self.calls.extend((model, prompt, each, top_logprobs) for prompt, each in zip(prompts, options))
         return [self.answers[prompt] for prompt in prompts]

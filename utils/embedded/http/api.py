@@ -37,7 +37,7 @@ from utils.embedded.http.capabilities import (
 from utils.embedded.http.thinking import refuse_format, splitter, think_mode
 from utils.embedded.http.tools import chat_tools, tojson
 from utils.embedded.runtime import model_file
-from utils.embedded.runtime.context import count_tokens, fit_messages
+from utils.embedded.runtime.context import fit_messages
 from utils.embedded.runtime.loaded import LoadedModels
 from utils.embedded.runtime.runner import ModelRunner
 from utils.embedded.store.models import ModelStore
@@ -217,7 +217,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
         messages = [m.model_dump() for m in body.messages]
         refuse_unsupported(body.model_extra or {}, messages)
         prompt, dropped = fit_messages(messages, lambda kept: render_chat(runner, kept, tools, think),
-                                       lambda text: count_tokens(runner, text), runner.num_ctx,
+                                       runner.count_tokens, runner.num_ctx,
                                        body.truncate is not False) if messages else ("", 0)
         if body.debug_render_only:
             return _rendered(body.model, prompt, chat=True)

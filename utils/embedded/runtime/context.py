@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from utils.embedded.runtime.jobs import Job
-
-if TYPE_CHECKING:  # the runner imports this module
-    from utils.embedded.runtime.runner import ModelRunner
 
 NUM_KEEP = 5  # Ollama's num_keep default (4) plus the beginning-of-sequence token
 
@@ -28,12 +25,6 @@ ANSWER_SHARE = 4  # num_ctx // ANSWER_SHARE tokens kept free for the answer
 
 def log(message: str) -> None:
     print(f"[embedded] {message}", file=sys.stderr, flush=True)
-
-
-def count_tokens(runner: ModelRunner, text: str) -> int:
-    """The tokens of a prompt on a loaded model. llama.cpp's tokenizer reads only the
-    vocabulary, so this is safe beside the model's worker."""
-    return len(runner.llama.tokenize(text.encode("utf-8", errors="surrogatepass"), add_bos=True, special=True))
 
 
 def fit_messages(messages: list[dict[str, Any]], render: Callable[[list[dict[str, Any]]], str],

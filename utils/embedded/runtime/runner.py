@@ -103,6 +103,11 @@ class ModelRunner:
         """An answer is in progress or a request waits for the worker."""
         return bool(self.answers or self.pending) or not self.jobs.empty()
 
+    def count_tokens(self, text: str) -> int:
+        """The tokens of a prompt (with its beginning-of-sequence token). llama.cpp's tokenizer reads
+        only the vocabulary, so this is safe beside the worker."""
+        return len(self.llama.tokenize(text.encode("utf-8", errors="surrogatepass"), add_bos=True, special=True))
+
     def submit(self, job: Job) -> None:
         job.submitted = time.perf_counter_ns()
         self.jobs.put(job)
