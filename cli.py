@@ -25,8 +25,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except PairError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
+
+    def speculation(store):  # noqa: ANN001, ANN202 - called by serve once llama.cpp is loaded
+        from utils.proxy.in_process import default_pairs, speculating
+
+        chosen = pairs if pairs is not None else default_pairs(store)
+        return speculating(settings, chosen, args.k), chosen
+
     serve(args.host, args.port or settings.embedded_port, settings, batch=not args.no_batch,
-          speculation=not args.no_speculation, pairs=pairs, k=args.k)
+          speculation=None if args.no_speculation else speculation)
     return 0
 
 

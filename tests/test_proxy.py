@@ -366,8 +366,7 @@ def test_openai_requests_speculation_cannot_serve_go_upstream_unchanged(proxied,
     theirs = httpx.post(f"{server_url}/v1/chat/completions", json=body, timeout=120)
     assert mine.status_code == theirs.status_code == 200
     content = mine.json()["choices"][0]["message"]["content"]  # ids and times differ; the answer does not
-    # Under Ollama's JSON grammar smollm2 answers "hi" with a long object that 40 tokens do not close.
-    assert content == theirs.json()["choices"][0]["message"]["content"] and content.startswith("{")
+    assert content == theirs.json()["choices"][0]["message"]["content"] and content.startswith("{")  # unclosed
     assert 'reason="format"' in httpx.get(f"{proxied}/metrics").text
 
 

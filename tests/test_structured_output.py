@@ -138,7 +138,7 @@ async def test_every_seeded_sample_holds_the_schema(server_url, schema):
 
     async def sample(seed: int) -> ollama.GenerateResponse:
         return await client.generate(model=SMALL, prompt="Tell me about the sky.", format=schema,
-                                     options={"temperature": 1.0, "seed": seed, "num_predict": 200})
+                                     options={"temperature": 1.0, "seed": seed, "num_predict": 400})
 
     for answer in await asyncio.gather(*(sample(seed) for seed in SEEDS)):
         assert answer.done_reason == "stop", answer.response

@@ -80,10 +80,9 @@ def test_the_engine_imports_no_app_server_or_settings(path: Path) -> None:
 
 
 # What of the engine and the proxy the embedded server may import: its in-process target implements
-# the engine's interface (and nothing else of the engine), and its launcher brings the speculating
-# front (`cli.py serve`). The model runner, the store and everything else import neither.
-ALLOWED_ABOVE = {"utils/embedded/http/target.py": ["utils.engine.target"],
-                 "utils/embedded/server.py": ["utils.proxy.front", "utils.proxy.pairs", "utils.proxy.serving"]}
+# the engine's interface (and nothing else of the engine). The speculating front is composed above it
+# (utils/proxy/in_process.py); the runner, the store and everything else import neither.
+ALLOWED_ABOVE = {"utils/embedded/http/target.py": ["utils.engine.target"]}
 
 
 def test_the_embedded_server_imports_only_the_engines_target_interface() -> None:

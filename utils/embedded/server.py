@@ -8,11 +8,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from config import Settings
 from utils.embedded.store.models import ModelStore
 from utils.processes import free_port, stop_process, wait_until_healthy
+
+if TYPE_CHECKING:
+    from utils.embedded.http.api import Front
 
 CLI = Path(__file__).resolve().parents[2] / "cli.py"
 # How long llama.cpp's OpenMP threads spin before they sleep at a barrier (libgomp reads it when
@@ -34,28 +39,13 @@ def load_app():  # noqa: ANN201 - returns create_app, imported here so that the 
     return create_app
 
 
-def speculating(settings: Settings, pairs: dict[str, str], k: int | None = None):  # noqa: ANN201 - a Front
-    """The speculating front for `create_app` (utils/proxy/front.py): the engine answers for every
-    model in `pairs` on the server's in-process target, with the proxy's routing and statistics."""
-    from utils.embedded.http.target import InProcessTarget
-    from utils.proxy.front import SpeculatingFront
-    from utils.proxy.serving import ProxyConfig
-
-    config = ProxyConfig(upstream="http://in-process", pairs=pairs, engine=settings.engine, k=k)
-
-    def front(app, models, about):  # noqa: ANN001, ANN202 - create_app's Front
-        return SpeculatingFront(app, InProcessTarget(app, models, about), config, about)
-
-    return front
-
-
-def serve(host: str, port: int, settings: Settings, batch: bool = True, speculation: bool = True,
-          pairs: dict[str, str] | None = None, k: int | None = None) -> None:
-    """`cli.py serve`: speculation on for the models in `pairs` (None: every installed model with
-    suffix decoding), unless `speculation` is False."""
+def serve(host: str, port: int, settings: Settings, batch: bool = True,
+          speculation: Callable[[ModelStore], tuple[Front, dict[str, str]]] | None = None) -> None:
+    """`cli.py serve`: `speculation(store)` gives the speculating front and the pairs it speculates
+    (utils/proxy/in_process.py composes it; this package knows nothing of speculation); None: off."""
     import uvicorn
 
-    create_app = load_app()
+    create_app = load_app()  # llama.cpp first: `speculation` may import what imports numpy
     if host not in ("127.0.0.1", "localhost", "::1"):
         print(
             f"warning: listening on {host}: anyone who can reach this address can run the models "
@@ -64,11 +54,7 @@ def serve(host: str, port: int, settings: Settings, batch: bool = True, speculat
         )
     _exit_with_parent()
     store = ModelStore(settings.models_dir, settings.source_dirs)
-    if pairs is None:  # suffix decoding for every installed model; a draft model only where paired
-        from utils.proxy.pairs import model_free_pairs
-
-        pairs = model_free_pairs([spec.name for spec in store.installed()])
-    front = speculating(settings, pairs, k) if speculation else None
+    front, pairs = speculation(store) if speculation else (None, {})
     said = ", ".join(f"{target}={drafter}" for target, drafter in pairs.items()) or "no model installed"
     print(f"embedded server on http://{host}:{port}; speculation "
           f"{'on: ' + said if speculation else 'off (--no-speculation)'}", file=sys.stderr, flush=True)
