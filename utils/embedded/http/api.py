@@ -96,7 +96,7 @@ def about(models: LoadedModels) -> dict[str, Any]:
 
 # A speculating front (`cli.py serve`, utils/proxy/front.py): made from the server's own stack, its
 # loaded models and its `/api/version`, and put above that stack (inside CORS). The server itself
-# stays free of speculation; the launcher (utils/embedded/server.py) brings the front.
+# stays free of speculation; `cli.py serve` composes the front above it (utils/proxy/in_process.py).
 Front = Callable[[ASGIApp, LoadedModels, dict[str, Any]], ASGIApp]
 
 
