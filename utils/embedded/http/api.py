@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
@@ -102,22 +103,24 @@ Front = Callable[[ASGIApp, LoadedModels, dict[str, Any]], ASGIApp]
 
 def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_batches: bool = False,
                gpu_layers: int = -1, parallel: int = 4, front: Front | None = None) -> FastAPI:
-    app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION,
-                  default_response_class=JSONResponse)
-    install_error_handlers(app)
     models = LoadedModels(store, threads, batch, fast_batches, gpu_layers, parallel)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        """keep_alive's reaper runs while the server does; the models are freed when it stops."""
+        models.residency.start()
+        try:
+            yield
+        finally:
+            await models.close()
+
+    app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION,
+                  default_response_class=JSONResponse, lifespan=lifespan)
+    install_error_handlers(app)
     app.state.models = models
     embeddings.register(app, models)
     management.register(app, models)
     burst = burst_api.register(app, models)
-
-    @app.on_event("startup")
-    async def _start() -> None:
-        models.residency.start()
-
-    @app.on_event("shutdown")
-    async def _close() -> None:
-        await models.close()
 
     @app.api_route("/", methods=["GET", "HEAD"])  # Ollama's CLI checks the server with HEAD /
     async def root() -> Any:
