@@ -172,11 +172,9 @@ def test_a_server_that_verifies_one_request_at_a_time_is_skipped_with_rarer_and_
     assert not controller.can_pay()
     decisions = []
     for _ in range(RETRY_ANSWERS * (1 + 2 + 4 + 8 + 8 + 8)):
-        skip = controller.skips()
+        skip = controller.start_answer()
         decisions.append(skip)
-        if skip:
-            controller.record_skip()
-        elif not controller.verify_seconds:  # the retry measures again, and finds the same
+        if not skip and not controller.verify_seconds:  # the retry measures again, and finds the same
             assert controller.can_pay()
             controller.record_verification(4, 5.5 * STANDARD)
     retries = [index + 1 for index, skip in enumerate(decisions) if not skip]
@@ -188,13 +186,11 @@ def test_a_retry_that_pays_brings_the_retries_back_to_their_first_rate() -> None
     controller = measured()
     controller.record_verification(4, 5.5 * STANDARD)
     for _ in range(RETRY_ANSWERS + 2 * RETRY_ANSWERS):  # two retries that did not pay
-        if controller.skips():
-            controller.record_skip()
-        elif not controller.verify_seconds:
+        if not controller.start_answer() and not controller.verify_seconds:
             controller.record_verification(4, 5.5 * STANDARD)
     assert controller.retry_every == 4 * RETRY_ANSWERS
-    while controller.skips():
-        controller.record_skip()
+    while controller.start_answer():
+        pass
     controller.record_round(4, 4, 4, 0.0, 2 * STANDARD)  # the server batches now: 5 tokens for 2
     assert controller.retry_every == RETRY_ANSWERS and not controller.skips()
 
@@ -212,8 +208,8 @@ def test_probes_that_draft_and_do_not_pay_lead_to_skipping_and_empty_drafts_do_n
     assert not controller.skips()
     for _ in range(SKIP_AFTER):  # drafted, mostly rejected, verification cheap enough to pay if accepted
         controller.record_round(4, 4, 0, 0.0, 2 * STANDARD)
-    assert controller.can_pay() and controller.skips()
-    controller.record_skip()
+    assert controller.can_pay() and controller.skips() and controller.skips()  # asking changes nothing
+    assert controller.start_answer() and controller.skipped == 1
     controller.record_round(4, 4, 4, 0.0, 2 * STANDARD)  # one that pays
     assert not controller.skips()
 

@@ -186,25 +186,31 @@ class DraftLengthController:
         return best * self.standard_seconds_per_token > MARGIN
 
     def skips(self, leaving_segment: bool = False) -> bool:
-        """Whether the next answer should go standard from start to end (then `record_skip`). The
-        answer that retries forgets what verifying cost and probes as often as at first. A free
-        drafter's answers go standard only where no verification can pay: drafts that missed cost
-        their verification, and `cut` already keeps the confidences that missed from being verified.
-        `leaving_segment`: as for `can_pay`, where a closed stream's token is waited for."""
-        if self.fixed_k is not None or (self.can_pay(leaving_segment)
-                                        and (self.free or self.failed_probes < SKIP_AFTER)):
-            return False
-        if self.skipped + 1 < self.retry_every:
-            return True
-        # One more probe that does not pay, and answers go standard again, for twice as long (a probe
-        # that pays brings the retries back to RETRY_ANSWERS, in `record_round`).
-        self.skipped, self.probe_every, self.verify_seconds, self.verified_in_runs = 0, PROBE_EVERY, {}, set()
-        self.failed_probes = SKIP_AFTER - 1
-        self.retry_every = min(2 * self.retry_every, MAX_RETRY_ANSWERS)
-        return False
+        """Whether the next answer goes standard from start to end: a question, nothing changes (the
+        answer itself is begun with `start_answer`). A free drafter's answers go standard only where
+        no verification can pay: drafts that missed cost their verification, and `cut` already keeps
+        the confidences that missed from being verified. `leaving_segment`: as for `can_pay`, where
+        a closed stream's token is waited for."""
+        return not self._may_speculate(leaving_segment) and self.skipped + 1 < self.retry_every
 
-    def record_skip(self) -> None:
-        self.skipped += 1
+    def _may_speculate(self, leaving_segment: bool) -> bool:
+        return self.fixed_k is not None or (self.can_pay(leaving_segment)
+                                            and (self.free or self.failed_probes < SKIP_AFTER))
+
+    def start_answer(self, leaving_segment: bool = False) -> bool:
+        """An answer begins: True when it goes standard from start to end (`skips`), which is counted.
+        Where speculation has not paid but enough answers went standard, this one retries: it forgets
+        what verifying cost and probes as often as at first; one more probe that does not pay, and
+        answers go standard again, for twice as long (a probe that pays brings the retries back to
+        RETRY_ANSWERS, in `record_round`)."""
+        if self.skips(leaving_segment):
+            self.skipped += 1
+            return True
+        if not self._may_speculate(leaving_segment):
+            self.skipped, self.probe_every, self.verify_seconds, self.verified_in_runs = 0, PROBE_EVERY, {}, set()
+            self.failed_probes = SKIP_AFTER - 1
+            self.retry_every = min(2 * self.retry_every, MAX_RETRY_ANSWERS)
+        return False
 
     def segment_tokens(self) -> int:
         """Tokens of the next standard segment. Each one is a new request that re-reads the last

@@ -73,8 +73,7 @@ class SpeculativeDecoder:
         exact = self.drafter.exact_distribution and await self.target.exact_logprobs() and request.format is None
         method = choose_method(sampling, exact)
         controller = self._controller(method, request.k)
-        if controller.skips(leaving_segment=not self.target.drains):
-            controller.record_skip()
+        if controller.start_answer(leaving_segment=not self.target.drains):
             return Plan(info, sampling, stops, method, code="no_gain", reason=NO_GAIN_REASON)
         return Plan(info, sampling, stops, method)
 
