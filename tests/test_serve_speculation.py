@@ -99,10 +99,11 @@ FORMATS = [
         "type": "array", "maxItems": 6, "items": {"type": "object", "required": ["name", "price"], "properties": {
             "name": {"type": "string", "maxLength": 20}, "price": {"type": "number"}}}}}},
     "json",
+    {},  # a schema too: any JSON value (not "no format")
 ]
 
 
-@pytest.mark.parametrize("shape", FORMATS, ids=["schema", "json"])
+@pytest.mark.parametrize("shape", FORMATS, ids=["schema", "json", "empty-schema"])
 def test_format_answers_are_speculated_equal_to_standard_and_valid(served, shape):
     """`format` in process: each verified row under the grammar state its prefix reaches. Greedy,
     streamed and not, and seeded (passed to the server's own generation): the same text as with

@@ -72,14 +72,11 @@ async def event_answer(state: ProxyState, body: Any, chat: bool, headers: Mappin
         return json_response({"error": str(error)}, 400)
     model = body.get("model") if isinstance(body, dict) else None
     drafter = wanted.drafter or (state.config.pairs.get(model, NONE) if isinstance(model, str) else NONE)
-    # `format` is the engine's too: it generates such an answer standard, under the server's grammar.
-    shape = body.pop("format", None) if isinstance(body, dict) else None
     k = wanted.k if wanted.k is not None else state.config.k
     job = plan(body, chat, {model: drafter} if isinstance(model, str) else {}, k)
     if not isinstance(job, Speculation):
         return json_response({"error": f"X-Speculation-Events: the engine cannot make this answer ({job.reason}); "
                                        "ask without the header for the server's own answer"}, 400)
-    job.request.format = shape or None
     if not job.stream:
         return json_response({"error": "X-Speculation-Events needs a streamed answer (stream: true)"}, 400)
     try:

@@ -72,7 +72,8 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], k: int | None = None) -> 
     # The options exactly as sent (null ones are unset, as Ollama reads them): the engine passes them
     # on, and upstream merges them with the model's own parameters as for a direct request.
     sent = {key: value for key, value in options.items() if value is not None}
-    think, shape = body.get("think"), body.get("format") or None
+    think, shape = body.get("think"), body.get("format")
+    shape = None if shape in (None, "") else shape  # as Ollama reads it; {} is a schema (any JSON value)
     if shape is not None and shape != "json" and not isinstance(shape, dict):
         return Forward("invalid", "a format that is neither \"json\" nor a schema is upstream's to refuse")
     if isinstance(parsed, ChatBody):
