@@ -317,7 +317,7 @@ def test_servers_listen_on_localhost_by_default_and_say_what_binding_elsewhere_m
 
     calls = []
     monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: calls.append(kwargs))
-    embedded_server.serve("127.0.0.1", 1, Settings())
+    cli.cmd_serve(cli.build_parser().parse_args(["serve", "--port", "1"]))  # as a user starts it
     said = capsys.readouterr().err  # what it speculates, and no warning
     assert said.startswith("embedded server on http://127.0.0.1:1; speculation on") and "warning" not in said
     embedded_server.serve("0.0.0.0", 1, Settings())
