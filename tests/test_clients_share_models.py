@@ -142,3 +142,30 @@ def test_litellm_streams_with_its_num_ctx_and_its_show_at_the_first_chunk(url, m
     assert whole.usage.completion_tokens == TOKENS and whole.choices[0].finish_reason == "length"
     assert streamed == whole.choices[0].message.content
     httpx.post(f"{url}/api/generate", json={"model": DRAFT, "keep_alive": 0}, timeout=60)
+
+
+async def test_a_reload_that_waits_for_a_held_model_lets_other_models_load():
+    """In process: a speculated answer holds its model while another client's num_ctx waits to reload
+    it; the answer may still need another model loaded (a draft model's first use), and gets it (one
+    lock for every model made that a deadlock). Requests for the held model queue behind the reload."""
+    from config import Settings
+    from utils.embedded.server import load_app
+
+    load_app()  # llama.cpp's libraries first
+    from utils.embedded.runtime.loaded import LoadedModels
+    from utils.embedded.store.models import ModelStore
+
+    models = LoadedModels(ModelStore(Settings().models_dir), threads=2, batch=True, fast_batches=False,
+                          gpu_layers=0, parallel=2)
+    try:
+        async with models.hold(SMALL, 1024):
+            reload = asyncio.create_task(models.get(SMALL, 1536))
+            await asyncio.sleep(0.2)
+            assert not reload.done() and models.ready(SMALL, 1024) is not None  # the holder still gets it
+            other, load = await asyncio.wait_for(models.get(DRAFT, 1024), 60)
+            assert other.num_ctx == 1024 and load > 0
+            assert not reload.done()
+        runner, load = await asyncio.wait_for(reload, 120)
+        assert runner.num_ctx == 1536 and load > 0
+    finally:
+        await models.close()

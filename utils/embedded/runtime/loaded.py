@@ -5,9 +5,9 @@ installed is Ollama's 404.
 
 A model in use is never reloaded or unloaded under its answers, as in Ollama's scheduler (a runner's
 reference count, server/sched.go): a request that needs it loaded otherwise (another num_ctx), an
-unload (`keep_alive: 0`, `/api/delete`) and the requests that arrive after them wait until the answers
-in flight end. In use: a job queued or running on its worker, or a `hold` (a speculated answer, whose
-rounds are many jobs with gaps between them).
+unload (`keep_alive: 0`, `/api/delete`) and the requests for that model that arrive after them wait
+until the answers in flight end; other models load meanwhile. In use: a job queued or running on its
+worker, or a `hold` (a speculated answer, whose rounds are many jobs with gaps between them).
 """
 
 from __future__ import annotations
@@ -52,8 +52,11 @@ class LoadedModels:
         self.gpu_layers, self.parallel = gpu_layers, parallel
         self.runners: dict[str, ModelRunner] = {}
         self.embedders: dict[str, Embedder] = {}
-        self.lock = asyncio.Lock()  # held by a load, reload or unload, and while it waits for the answers
-        self.changing: str | None = None  # the model that the lock's holder loads or unloads
+        # Per model, held by a load, reload or unload of it and while that waits for its answers: the
+        # requests for that model that come meanwhile queue behind it, in order; other models' go on.
+        self.turns: dict[str, asyncio.Lock] = {}
+        self.changing: set[str] = set()  # the models whose turn is taken
+        self.lock = asyncio.Lock()  # one load or close at a time (llama_defaults patches llama.cpp's defaults)
         self.holds: Counter[str] = Counter()  # answers keeping a model as it is loaded (`hold`)
         self.residency = Residency(self.unload, self.busy)
 
@@ -80,7 +83,7 @@ class LoadedModels:
         runner = self.runners.get(name)
         if runner is None or runner.num_ctx != (num_ctx or _num_ctx(runner.parameters)):
             return None
-        if self.changing == name and not self.holds[name]:
+        if name in self.changing and not self.holds[name]:
             return None
         self.residency.touch(name, keep_alive)
         return runner
@@ -130,20 +133,22 @@ class LoadedModels:
     async def _load(self, name: str, wanted: int, keep_alive: Any, loaded: dict[str, L], purpose: str,
                     make: Callable[[Path], L]) -> tuple[L, float]:
         """`loaded[name]` with context `wanted`, (re)loaded by `make(path)` if needed; the load's time."""
-        async with self.lock, self._changing(name):
+        async with self._turn(name):
             current = loaded.get(name)
             if current and current.num_ctx == wanted:
                 return current, 0.0
             started = time.perf_counter()
             if current:
                 await self._until_unused(name)
-                await asyncio.to_thread(current.close)
-            await self._verify(name, loaded)
-            try:
-                current = await asyncio.to_thread(make, self.store.path(name))
-            except Exception as error:  # noqa: BLE001 - a corrupt file must be a message, not a crash
-                loaded.pop(name, None)
-                raise ApiError(f"model '{name}' failed to load{purpose}: {error}", 500) from None
+            async with self.lock:
+                if current:
+                    await asyncio.to_thread(current.close)
+                await self._verify(name, loaded)
+                try:
+                    current = await asyncio.to_thread(make, self.store.path(name))
+                except Exception as error:  # noqa: BLE001 - a corrupt file must be a message, not a crash
+                    loaded.pop(name, None)
+                    raise ApiError(f"model '{name}' failed to load{purpose}: {error}", 500) from None
             loaded[name] = current
             self.residency.touch(name, keep_alive)  # its time counts from the end of loading
             return current, time.perf_counter() - started
@@ -162,29 +167,34 @@ class LoadedModels:
                     or (embedder and embedder.lock.locked()))
 
     @asynccontextmanager
-    async def _changing(self, name: str) -> AsyncIterator[None]:
-        self.changing = name
-        try:
-            yield
-        finally:
-            self.changing = None
+    async def _turn(self, name: str) -> AsyncIterator[None]:
+        """The model's turn to be loaded or unloaded: one change of it at a time, in the order asked.
+        Waiting here never blocks another model's loads, which an answer holding this one may need
+        (a draft model's first load)."""
+        async with self.turns.setdefault(name, asyncio.Lock()):
+            self.changing.add(name)
+            try:
+                yield
+            finally:
+                self.changing.discard(name)
 
     async def _until_unused(self, name: str) -> None:
-        """Wait, holding the lock, until the answers in flight on `name` have ended (those that hold it
-        still get its runner meanwhile: `ready`)."""
+        """Wait, in the model's turn, until the answers in flight on `name` have ended (those that hold
+        it still get its runner meanwhile: `ready`)."""
         while self.busy(name):
             await asyncio.sleep(UNUSED_POLL_SECONDS)
 
     async def unload(self, name: str, when_due: bool = True) -> None:
         """Free the model's runner and embedding context; from the reaper only once its keep_alive is over."""
-        async with self.lock, self._changing(name):
+        async with self._turn(name):
             if when_due and (not self.residency.due(name) or self.busy(name)):
-                return  # used again while the reaper waited for the lock
+                return  # used again while the reaper waited for its turn
             await self._until_unused(name)
             self.residency.forget(name)
-            for loaded in (self.runners.pop(name, None), self.embedders.pop(name, None)):
-                if loaded is not None:
-                    await asyncio.to_thread(loaded.close)
+            async with self.lock:
+                for loaded in (self.runners.pop(name, None), self.embedders.pop(name, None)):
+                    if loaded is not None:
+                        await asyncio.to_thread(loaded.close)
 
     async def unload_now(self, name: str, keep_alive: Any) -> bool:
         """Ollama's unload request (no prompt, keep_alive 0): free the model now, or, while it answers,
