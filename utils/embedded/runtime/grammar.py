@@ -2,9 +2,9 @@
 
 A schema becomes a grammar by llama.cpp's own JSON-schema-to-grammar conversion, the one llama-server
 and Ollama apply (common/json-schema-to-grammar.cpp, behind a C entry point that scripts/install.sh
-adds to the build: scripts/patches/README.md): integer and number ranges, string lengths, patterns and
-formats, enums, item counts, `$ref`, `anyOf` and the same whitespace rule, so the server allows
-exactly the texts Ollama allows. What it cannot convert is refused as Ollama refuses it; a pattern
+adds to the build: scripts/patches/README.md): integer ranges, string lengths, patterns and formats,
+enums, item counts, `$ref`, `anyOf` and the same whitespace rule, so the server allows exactly the
+texts Ollama allows (number ranges, `multipleOf` and `uniqueItems` stay unchecked, as there). What it cannot convert is refused as Ollama refuses it; a pattern
 it would loosen to any string (it only warns) is refused too, since the answer would not hold it.
 "json" is Ollama's own grammar of a JSON object (GRAMMAR_JSON).
 
