@@ -4,8 +4,9 @@ A schema becomes a grammar by llama.cpp's own JSON-schema-to-grammar conversion,
 and Ollama apply (common/json-schema-to-grammar.cpp, behind a C entry point that scripts/install.sh
 adds to the build: scripts/patches/README.md): integer ranges, string lengths, patterns and formats,
 enums, item counts, `$ref`, `anyOf` and the same whitespace rule, so the server allows exactly the
-texts Ollama allows (number ranges, `multipleOf` and `uniqueItems` stay unchecked, as there). What it cannot convert is refused as Ollama refuses it; a pattern
-it would loosen to any string (it only warns) is refused too, since the answer would not hold it.
+texts Ollama allows (number ranges, `multipleOf` and `uniqueItems` stay unchecked, as there). What
+it cannot convert is refused as Ollama refuses it; a pattern it would loosen to any string (it only
+warns) is refused too, since the answer would not hold it.
 "json" is Ollama's own grammar of a JSON object (GRAMMAR_JSON).
 
 The embedded server samples in Python (utils/sampling.py), so the grammar is applied as llama.cpp's
