@@ -26,6 +26,8 @@ NDJSON = "application/x-ndjson"
 class ApiError(SpecError):
     """A refusal or failure, answered as Ollama does: `{"error": message}` with `status`."""
 
+    status: int  # always given (SpecError's is optional)
+
     def __init__(self, message: str, status: int):
         super().__init__(message, status)
 

@@ -10,7 +10,7 @@ Ollama handler chose.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any
 
@@ -31,12 +31,12 @@ def failure(status: int, message: str) -> Response:
     return json_response(openai.error_body(message, openai.error_type(status)), status)
 
 
-async def _ollama_messages(chunks: AsyncIterator[bytes]) -> AsyncIterator[dict[str, Any]]:
-    """An NDJSON body as the messages it carries."""
+async def _ollama_messages(chunks: AsyncIterable[str | bytes | memoryview]) -> AsyncIterator[dict[str, Any]]:
+    """An NDJSON body (a StreamingResponse's `body_iterator`) as the messages it carries."""
     buffer = b""
     try:
         async for chunk in chunks:
-            buffer += chunk if isinstance(chunk, bytes) else chunk.encode()
+            buffer += chunk.encode() if isinstance(chunk, str) else bytes(chunk)
             *lines, buffer = buffer.split(b"\n")
             for line in lines:
                 if line.strip():
@@ -75,14 +75,15 @@ def install_openai(app: FastAPI, chat: ChatHandler, generate: GenerateHandler, m
             translated = openai.chat_body(raw) if is_chat else openai.completion_body(raw)
             body = ChatBody.model_validate(translated) if is_chat else GenerateBody.model_validate(translated)
         except ValidationError as error:
-            first = error.errors()[0] if error.errors() else {"msg": "invalid request", "loc": ()}
-            where = ".".join(str(p) for p in first.get("loc", ()))
-            return failure(400, f"invalid request: {where} {first['msg']}".strip())
+            errors = error.errors()
+            where = ".".join(str(p) for p in errors[0]["loc"]) if errors else ""
+            reason = errors[0]["msg"] if errors else "invalid request"
+            return failure(400, f"invalid request: {where} {reason}".strip())
         except (ValueError, openai.OpenAIError) as error:
             return failure(400, str(error) or "invalid request")
         include_usage = bool((raw.get("stream_options") or {}).get("include_usage"))
         try:
-            response = await (chat(body, request) if is_chat else generate(body, request))
+            response = await (chat(body, request) if isinstance(body, ChatBody) else generate(body, request))
         except ApiError as error:
             return failure(error.status, error.message)
         return as_openai(response, openai.Reply(body.model, is_chat), body.stream, include_usage)

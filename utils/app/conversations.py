@@ -152,7 +152,8 @@ def edit_question(conversations: ConversationStore, message: dict[str, Any], fir
             return
         conversations.delete_from(conversation_id, message_id)
         conversations.add_message(conversation_id, "user", text)
-        title = conversations.conversation(conversation_id)["title"]
+        conversation = conversations.conversation(conversation_id)
+        title = conversation["title"] if conversation is not None else None
         if first and title == clean_title(message["content"]):  # named by its first question, not renamed since
             conversations.rename(conversation_id, text)
         state.streaming = Streaming(conversation_id)

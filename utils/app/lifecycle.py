@@ -79,20 +79,19 @@ class AppServer:
             return self._checked_host
         with self._lock:
             if self.embedded is None:
-                self._start_first()
-            elif self.embedded.process is None or self.embedded.process.poll() is not None:
-                self._restart(ended(self.embedded.process.returncode if self.embedded.process else None))
+                return self._start_first().url
+            process = self.embedded.process
+            if process is None or process.poll() is not None:
+                return self._restart(ended(process.returncode if process else None)).url
             return self.embedded.url
 
     def restart(self) -> str:
         """Stop the embedded server if it runs and start it again (the sidebar's Restart button)."""
         with self._lock:
             if self.embedded is None:
-                self._start_first()
-            else:
-                self.embedded.stop()
-                self._restart("was restarted from the sidebar")
-            return self.embedded.url
+                return self._start_first().url
+            self.embedded.stop()
+            return self._restart("was restarted from the sidebar").url
 
     def revive(self) -> str | None:
         """After a failed answer: if the embedded server had died, start it again now and say so (a
@@ -112,28 +111,36 @@ class AppServer:
         return (f"The embedded server this app started {last.why} while answering; the app started it again, "
                 "so ask again or regenerate the answer.")
 
-    def _start_first(self) -> None:
+    def _start_first(self) -> EmbeddedServer:
+        """Start the embedded server the first time; it is `self.embedded` from then on."""
         if not ModelStore(self.settings.models_dir).installed():
             raise HostError("no OLLAMA_HOST and no bundled model installed: run `python cli.py models install`")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.embedded = self._launch(self._server())
-        atexit.register(lambda: self.embedded and self.embedded.stop())
+        self.embedded = server = self._launch(self._server())
+        atexit.register(self._stop_at_exit)
+        return server
 
-    def _restart(self, why: str) -> None:
+    def _stop_at_exit(self) -> None:
+        if self.embedded is not None:
+            self.embedded.stop()
+
+    def _restart(self, why: str) -> EmbeddedServer:
         """Start it again on its port (clients and caches keyed by the URL stay valid); on a fresh port
-        if that port was taken meanwhile."""
+        if that port was taken meanwhile. The new server is `self.embedded` and is returned."""
         assert self.embedded is not None
         port = self.embedded.port
         try:
-            self.embedded = self._launch(self._server(port))
+            server = self._launch(self._server(port))
         except HostError:
             try:
-                self.embedded = self._launch(self._server())
+                server = self._launch(self._server())
             except HostError as error:
                 self.restarts.append(Restart(datetime.now(), why, ok=False))
                 raise EmbeddedServerDown(f"the embedded server this app started {why}, and starting it again "
                                          f"failed: {error}") from None
+        self.embedded = server
         self.restarts.append(Restart(datetime.now(), why, ok=True))
+        return server
 
     def _server(self, port: int | None = None) -> EmbeddedServer:
         """`cli.py serve` with speculation on: the app's answers are made by the engine in it."""

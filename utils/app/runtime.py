@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -90,7 +90,7 @@ async def _call(work: Callable[[], Awaitable[T]]) -> T:
     return await work()
 
 
-def iterate(stream: AsyncIterator[T]) -> Iterator[T]:
+def iterate(stream: AsyncIterator[T]) -> Generator[T, None, None]:
     """The items of an async iterator, one by one, each fetched on the engine's loop.
 
     Streamlit may stop the script at any point (Stop, a rerun, a closed tab): it raises inside the

@@ -166,7 +166,7 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
         # Names in the box (a sidebar is narrow: longer labels were cut off), what the chosen one is under it.
         shown = {name: f"{name} (unusable)" if relation == "unusable" else name for name, relation in relations.items()}
         drafter = bar.selectbox("Drafter", options, index=remembered.index("drafter", options, wanted),
-                                key="drafter", format_func=shown.get,
+                                key="drafter", format_func=shown.__getitem__,
                                 help="where the guessed tokens come from: the prompt itself, or a smaller model")
         bar.caption(f"{drafter}: {relation_label(relations[drafter])}")
         if relations[drafter] == "unusable":

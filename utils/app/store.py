@@ -91,7 +91,7 @@ class ConversationStore:
                 "INSERT INTO conversations (title, created_at, updated_at) VALUES (?, ?, ?)",
                 (clean_title(title), stamp, stamp),
             )
-            return int(cursor.lastrowid)
+            return _inserted_id(cursor)
 
     def conversations(self) -> list[dict[str, Any]]:
         """Every conversation, the most recently active first."""
@@ -137,7 +137,7 @@ class ConversationStore:
                  stamp, thinking or None),
             )
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (stamp, conversation_id))
-            return int(cursor.lastrowid)
+            return _inserted_id(cursor)
 
     def delete_from(self, conversation_id: int, message_id: int) -> None:
         """Delete a message and every later one of its conversation (regenerate, edit and resend)."""
@@ -221,6 +221,13 @@ def stats_summary(stats: AnswerStats) -> str:
 
 def clean_title(title: str) -> str:
     return " ".join(title.split())[:80] or DEFAULT_TITLE
+
+
+def _inserted_id(cursor: sqlite3.Cursor) -> int:
+    """The id of the row an INSERT just made (sqlite3 types `lastrowid` as optional: None before any insert)."""
+    if cursor.lastrowid is None:
+        raise sqlite3.DatabaseError("the INSERT gave no row id")
+    return cursor.lastrowid
 
 
 def _dump(value: Any) -> str | None:
