@@ -5,22 +5,29 @@ failures, which must be the same `ServerError` kinds the engine gets over HTTP."
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
+from config import get_settings
 from tests.support.models import SMALL
-from utils.bench.in_process import LocalBench
 from utils.engine.client import OllamaClient
 from utils.engine.target import AnswerFormat, ContextFull, Drain, ModelNotFound
 
 
 @pytest.fixture
 async def local():
-    bench = await LocalBench.start(SMALL, SMALL)
-    try:
-        yield bench.local
-    finally:
-        await bench.aclose()
+    """The embedded server's app in this process, no HTTP, as `cli.py serve` builds its target."""
+    from utils.embedded.server import load_app
+
+    load_app()  # llama.cpp's libraries first, before the runtime is imported
+    from utils.embedded.http.target import in_process_target
+    from utils.embedded.store.models import ModelStore
+
+    settings = get_settings()
+    async with in_process_target(ModelStore(settings.models_dir, settings.source_dirs), threads=os.cpu_count() or 2,
+                                 gpu_layers=settings.gpu_layers) as target:
+        yield target
 
 
 async def test_it_answers_as_the_server_does_over_http(local, server_url):
@@ -45,6 +52,10 @@ async def test_it_answers_as_the_server_does_over_http(local, server_url):
         assert raw_here[-1].done_reason == raw_there[-1].done_reason
         steps = await local.next_tokens(SMALL, [prompt, prompt + raw_here[0].text], [{"temperature": 0}] * 2)
         assert [s.token.text for s in steps] == [raw_here[0].text, raw_here[1].text]
+        # The engine's own time comes with each answer, as Ollama's durations do over HTTP (bench-overhead
+        # holds wall time to it); the burst's two jobs were evaluated together: one prompt evaluation.
+        assert raw_here[-1].engine_s > 0 and raw_there[-1].engine_s > 0
+        assert all(s.engine_s > 0 for s in steps) and steps[0].prompt_eval_s == steps[1].prompt_eval_s
     finally:
         await http.aclose()
 

@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from tests.support.models import ROOT
-from utils.bench.overhead import KS, RATES, speedup
+from utils.bench.overhead_measure import KS
+from utils.bench.overhead_report import RATES, speedup
 
 ROW = re.compile(r"^(?P<label>\S.*?)\s+(?P<wall>-?\d+\.\d+)\s+(?P<engine>-?\d+\.\d+)\s+(?P<outside>-?\d+\.\d+)$")
 SPEEDUP = re.compile(r"^\s*(?P<a>0\.\d)\s+(?P<values>(?:\d+\.\d+\s+)+)(?P<best>\d+)\s+(?P<bestS>\d+\.\d+)$")

@@ -178,11 +178,12 @@ def _recommend(standard: Measurement, candidates: list[Measurement]) -> tuple[st
     best = max(faster, key=lambda c: c.speedup or 0)
     summary = (f"{best.drafter}: median ×{best.speedup:.2f} of standard generation's speed "
                f"({best.tokens_per_second:.1f} against {standard.tokens_per_second:.1f} tokens/s)")
-    if not best.beyond_noise:
-        spread = f"×{best.spread[0]:.2f} – ×{best.spread[1]:.2f}" if best.spread else "one run only"
-        return NONE, (f"{summary}, but within noise ({spread} over {len(best.ratios)} runs): keep speculation "
+    spread = best.spread
+    if spread is None or not best.beyond_noise:  # beyond noise needs a spread: two runs at least
+        shown = f"×{spread[0]:.2f} – ×{spread[1]:.2f}" if spread else "one run only"
+        return NONE, (f"{summary}, but within noise ({shown} over {len(best.ratios)} runs): keep speculation "
                       "off for this target, or measure with more prompts or repeats")
-    return best.drafter, f"{summary}, ×{best.spread[0]:.2f} – ×{best.spread[1]:.2f} over {len(best.ratios)} runs"
+    return best.drafter, f"{summary}, ×{spread[0]:.2f} – ×{spread[1]:.2f} over {len(best.ratios)} runs"
 
 
 # -- does the server run verification requests in parallel? ---------------------------------------

@@ -31,7 +31,7 @@ import statistics
 import time
 from pathlib import Path
 
-from utils.bench.overhead import Bench, Row
+from utils.bench.overhead_measure import Bench, Row
 from utils.bench.runner import BenchConfig, load_prompts
 from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
@@ -95,12 +95,11 @@ async def standard_answer(server: OllamaClient, target: str, prompt: str, max_to
 
 async def measure_costs(bench: Bench, context: str, tokens: list[str], k_max: int, repeat: int) -> dict[str, Row]:
     """A standard token and bursts of K = 1..k_max on `context`, interleaved round by round."""
-    endpoint = bool((await bench.server.about()).get("burst_endpoint"))
     rows = {"standard": Row("standard token")} | {f"burst{k}": Row(f"burst, K={k}") for k in range(1, k_max + 1)}
     for number in range(repeat + 1):  # the first round warms up and is not counted
         samples = {"standard": await bench.standard(context)}
         for k in range(1, k_max + 1):
-            samples[f"burst{k}"] = await bench.burst([context + "".join(tokens[:i]) for i in range(k + 1)], endpoint)
+            samples[f"burst{k}"] = await bench.burst([context + "".join(tokens[:i]) for i in range(k + 1)])
         for key, sample in samples.items():
             if number:
                 rows[key].samples.append(sample)
@@ -109,11 +108,17 @@ async def measure_costs(bench: Bench, context: str, tokens: list[str], k_max: in
 
 async def measure(url: str, target: str, prompts: list[dict], drafters: list[str], k_max: int, repeat: int,
                   max_tokens: int | None = None) -> str:
-    server, bench = OllamaClient(url, timeout=600.0), Bench(url, target, target)
+    server = OllamaClient(url, timeout=600.0)
+    bench = Bench(server, target, target)
     try:
         bench.num_ctx = NUM_CTX
         setup = DraftSetup(server, target, server, EngineConfig())
-        built = {name: await build_drafter(name, setup) for name in drafters}
+        built: dict[str, Drafter] = {}
+        for name in drafters:
+            drafter = await build_drafter(name, setup)
+            if drafter is None:  # "none": standard generation proposes nothing to bound
+                raise ValueError(f"--draft {name}: not a drafter")
+            built[name] = drafter
         answers: dict[str, list[tuple]] = {name: [] for name in drafters}
         drafting: dict[str, list[float]] = {name: [] for name in drafters}  # seconds per drafted piece
         history: dict[str, list[dict[str, str]]] = {}  # a conversation's turns so far, with the standard answers
@@ -125,7 +130,6 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
                 text = await server.render_chat(target, messages, {"num_ctx": NUM_CTX})
             tokens = await standard_answer(server, target, text, max_tokens or prompt.get("max_tokens", 128))
             for name, drafter in built.items():
-                assert drafter is not None
                 answers[name].append((prompt, tokens, await accepted_lengths(drafter, text, tokens, k_max,
                                                                              drafting[name])))
                 drafter.finish(text, "".join(tokens))  # what the decoder does once an answer is complete
@@ -134,7 +138,6 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
             longest = max(longest, (text, tokens), key=lambda pair: len(pair[1]))
         rows = await measure_costs(bench, *longest, k_max, repeat)
     finally:
-        await bench.aclose()
         await server.aclose()
     return "\n\n".join(report(rows, answers[name], target, name, k_max, repeat, drafting[name], built[name].free)
                        for name in drafters)

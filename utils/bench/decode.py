@@ -40,11 +40,18 @@ PROMPT = "def quicksort(arr):"
 TOKENS = 96
 
 
+def _count(value: int | None) -> int:
+    """One of an answer's counts or durations, which every Ollama reports with a finished answer."""
+    if not value:
+        raise RuntimeError("the server's answer reports no token count or duration")
+    return value
+
+
 async def _tokens_per_second(client: ollama.AsyncClient, model: str) -> float:
     started = time.perf_counter()
     answer = await client.generate(model=model, prompt=PROMPT, raw=True,
                                    options={"temperature": 0, "num_predict": TOKENS})
-    return answer.eval_count / (time.perf_counter() - started)
+    return _count(answer.eval_count) / (time.perf_counter() - started)
 
 
 async def draft_beside(target: str, draft: str, repeat: int) -> None:
@@ -72,8 +79,8 @@ async def _embedded_rates(client: ollama.AsyncClient, model: str, run: int) -> t
                                    options={"temperature": 0, "num_predict": TOKENS})
     read = await client.generate(model=model, prompt=f"{run}. {READING}", raw=True,
                                  options={"temperature": 0, "num_predict": 1})
-    return (decode.eval_count / (decode.eval_duration / 1e9),
-            read.prompt_eval_count / (read.prompt_eval_duration / 1e9))
+    return (_count(decode.eval_count) / (_count(decode.eval_duration) / 1e9),
+            _count(read.prompt_eval_count) / (_count(read.prompt_eval_duration) / 1e9))
 
 
 async def _native_rates(client: httpx.AsyncClient, url: str, run: int) -> tuple[float, float]:

@@ -207,7 +207,7 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     if results_path.exists():
         data = json.loads(results_path.read_text())
     done = {_run_key(run) for run in data["runs"]}
-    plan = []
+    plan: list[tuple[dict, int, str, str, str]] = []  # (prompt, repeat, engine, drafter, k)
     for repeat in range(config.repeat):
         for number, prompt in enumerate(prompts):
             order = config.configurations()
@@ -254,7 +254,8 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                 if engine == PROJECT:
                     request = GenerationRequest(
                         prompt=prompt["prompt"], messages=messages, raw=not prompt.get("chat", True),
-                        max_tokens=max_tokens, options=SamplingOptions(temperature=config.temperature, seed=repeat),
+                        max_tokens=max_tokens,
+                        options=SamplingOptions(temperature=config.temperature, seed=repeat).to_ollama(),
                         k=None if k.startswith("auto") else int(k),
                     )
                     result = await collect(decoders[drafter, ceiling(k)], request)

@@ -117,15 +117,16 @@ async def one_round(http: httpx.AsyncClient, index: int, tally: Tally, rng: rand
                   for i in range(len(pieces))]
         await asyncio.gather(*(_expect(http, "validator burst", tally, body, "/api/generate", 200) for body in bodies))
     elif kind == 8:
-        bad = rng.choice([
+        refusals: list[tuple[dict | bytes, int]] = [
             ({"model": "nosuch:1b", "prompt": "hi"}, 404),
             ({"model": "../../etc/passwd", "prompt": "hi"}, 404),
             (b'{"model": "smollm2:135m", "prompt": ', 400),
             ({"model": DRAFT, "prompt": "hi", "options": {"temperature": -1}}, 400),
             ({"model": DRAFT, "prompt": "word " * 5000, "stream": False, "truncate": False}, 400),
             ({"model": DRAFT, "prompt": "hi", "top_logprobs": 50, "logprobs": True}, 400),
-        ])
-        await _expect(http, "refused", tally, bad[0], "/api/generate", bad[1])
+        ]
+        body, status = rng.choice(refusals)
+        await _expect(http, "refused", tally, body, "/api/generate", status)
     else:
         await _expect(http, "show", tally, {"model": rng.choice([TARGET, DRAFT])}, "/api/show", 200,
                       key="model_info")
@@ -202,14 +203,16 @@ def main(argv: list[str] | None = None) -> int:
     log = Path(tempfile.mkdtemp(prefix="soak-")) / "server.log"
     server = EmbeddedServer(log_path=log, speculation=args.speculation)  # 127.0.0.1, a free port
     server.start()
-    print(f"embedded server {server.url} (pid {server.process.pid}, log {log}), "
+    assert server.process is not None  # start() started it or raised
+    pid = server.process.pid
+    print(f"embedded server {server.url} (pid {pid}, log {log}), "
           f"speculation {'on' if args.speculation else 'off'}")
     try:
         if args.mixed:
             with proxied(server.url, args.proxy) as url:
                 result = asyncio.run(mixed_soak(url, args.model, args.requests, args.time_limit, args.seed))
                 return mixed_report(result, proxied=args.proxy)
-        result = asyncio.run(soak(server.url, server.process.pid, args.requests, args.time_limit,
+        result = asyncio.run(soak(server.url, pid, args.requests, args.time_limit,
                                   args.concurrency, args.seed))
     finally:
         server.stop()

@@ -71,7 +71,7 @@ async def draft_pieces(client: ollama.AsyncClient, model: str, count: int) -> li
         model=model, prompt=CONTEXT, raw=True, stream=True, logprobs=True,
         options={"temperature": 0, "num_predict": count},
     )
-    pieces = [chunk.response async for chunk in stream if not chunk.done]
+    pieces = [chunk.response or "" async for chunk in stream if not chunk.done]
     if len(pieces) < count:
         raise RuntimeError(f"{model} ended after {len(pieces)} tokens; {count} drafts are needed")
     return pieces

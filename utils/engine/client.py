@@ -60,11 +60,18 @@ def _tokens(body: dict[str, Any]) -> list[Token]:
     ]
 
 
+def _seconds(message: dict[str, Any], name: str) -> float | None:
+    """One of Ollama's `*_duration` fields (nanoseconds) in seconds; None where the server sent none."""
+    value = message.get(name)
+    return None if value is None else value / 1e9
+
+
 def _step(message: dict[str, Any]) -> Step:
-    """A one-token answer: its token, why it ended, the prompt's token count."""
+    """A one-token answer: its token, why it ended, the prompt's token count, the server's timing."""
     tokens = _tokens(message)
     return Step(tokens[0] if tokens else None, message.get("done_reason") or "stop",
-                message.get("prompt_eval_count") or 0)
+                message.get("prompt_eval_count") or 0, _seconds(message, "total_duration"),
+                _seconds(message, "prompt_eval_duration"))
 
 
 class OllamaClient:
@@ -259,7 +266,7 @@ class OllamaClient:
             done = message.get("done")
             yield Chunk(message.get("response") or "", _tokens(message),
                         (message.get("done_reason") or "stop") if done else None,
-                        message.get("prompt_eval_count") or 0)
+                        message.get("prompt_eval_count") or 0, _seconds(message, "total_duration"))
 
     async def next_token(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
                          burst: dict[str, str] | None = None) -> Step:

@@ -70,6 +70,8 @@ class Chunk:
     tokens: list[Token]
     done_reason: str | None
     prompt_tokens: int
+    # The last one's time in the server's engine, where it reports one (see Step.engine_s).
+    engine_s: float | None = field(default=None, compare=False)
 
 
 @dataclass
@@ -79,6 +81,12 @@ class Step:
     token: Token | None
     done_reason: str
     prompt_tokens: int
+    # The server's own timing of the answer, where it reports one (Ollama's total_duration and
+    # prompt_eval_duration; in process, the runner's clock). The engine reads neither: they are for
+    # measuring what a round pays outside the engine (bench-overhead). Steps of a burst that were
+    # evaluated together report the same prompt evaluation. Not part of the answer's value (compare).
+    engine_s: float | None = field(default=None, compare=False)
+    prompt_eval_s: float | None = field(default=None, compare=False)
 
 
 def _context_full(message: str) -> bool:

@@ -6,7 +6,10 @@ raw generation) become runner jobs directly, with no HTTP, no JSON and no reques
 K+1 jobs announced as one (so one evaluation), and the event loop is woken once, when the last of
 them is done. What the engine asks once an answer or once a model (the model list, `show`, a chat's
 rendered prompt, a standard answer) goes to the server's own routes in process, through ASGI, so
-that it is answered by the very code that answers clients.
+that it is answered by the very code that answers clients. Each answer carries the runner's own
+timing (`Step.engine_s`, `Chunk.engine_s`), as Ollama's durations do over HTTP.
+
+`in_process_target` builds the server in a process that runs no HTTP listener (a benchmark, a test).
 """
 
 from __future__ import annotations
@@ -22,11 +25,13 @@ from typing import Any
 from utils.api.http import ApiError
 from utils.api.schemas import Options
 from utils.burst import new_id
+from utils.embedded.http.api import about, create_app
 from utils.embedded.http.text import TextAssembler
 from utils.embedded.runtime.grammar import GrammarConstraint, GrammarCursor
 from utils.embedded.runtime.jobs import Completion, Job, RunnerError, TokenInfo
 from utils.embedded.runtime.loaded import LoadedModels
 from utils.embedded.runtime.runner import ModelRunner
+from utils.embedded.store.models import ModelStore
 from utils.engine.target import AnswerFormat, Chunk, Drain, ServerError, Step, Token, parse_version, refusal
 from utils.sampling import SamplingOptions
 
@@ -42,6 +47,12 @@ def _token(info: TokenInfo) -> Token:
     """As the HTTP path's logprobs read (answer.logprob_entry): bytes decoded, a partial character as U+FFFD."""
     return Token(info.piece.decode("utf-8", errors="replace"), info.logprob,
                  {piece.decode("utf-8", errors="replace"): logprob for _, piece, logprob in info.top or []})
+
+
+def _engine_s(end: Completion) -> float:
+    """A job's time in the engine, as Ollama's total_duration counts it for a loaded model: its prompt's
+    evaluation and its generation (nanoseconds on the runner's clock, here in seconds)."""
+    return (end.prompt_eval_duration + end.eval_duration) / 1e9
 
 
 def _error(error: BaseException) -> ServerError:
@@ -65,11 +76,8 @@ class InProcessTarget:
     def __init__(self, app: Callable[..., Any], models: LoadedModels, about: dict[str, Any]):
         self.app, self.loaded, self._about = app, models, about
         self.described: dict[tuple[str, str], Any] = {}
-        self._options: dict[str, Options] = {}  # the engine sends few distinct option sets: parsed once
+        self._options: dict[object, Options] = {}  # the engine sends few distinct option sets: parsed once
         self._samplings: dict[int, tuple[Options, dict[str, object], SamplingOptions]] = {}
-        # The runner's own time for the latest burst or stream, and how many evaluations a burst took
-        # (its jobs evaluated together report the same one): bench-overhead holds wall time to them.
-        self.engine_ns, self.evaluations = 0, 0
         self._cursors: dict[tuple[str, str, str], GrammarCursor] = {}  # the answers' grammars (`_constraints`)
 
     async def aclose(self) -> None:
@@ -235,11 +243,15 @@ class InProcessTarget:
         ends: list[Completion | RunnerError | None] = [None] * len(prompts)
         left = [len(prompts)]
 
+        def wake() -> None:  # on the loop; the answer may have been left meanwhile (cancelled)
+            if not finished.done():
+                finished.set_result(None)
+
         def done(index: int, event: Completion | RunnerError) -> None:  # on the model's one worker thread
             ends[index] = event
             left[0] -= 1
             if left[0] == 0:
-                loop.call_soon_threadsafe(lambda: finished.done() or finished.set_result(None))
+                loop.call_soon_threadsafe(wake)
 
         announced, cancelled = (new_id(), len(prompts)), threading.Event()
         constraints = self._constraints(runner, model, format, prompts)
@@ -257,10 +269,8 @@ class InProcessTarget:
             if isinstance(end, RunnerError):
                 raise _error(end)
             assert end is not None
-            steps.append(Step(_token(info) if info is not None else None, end.done_reason, end.prompt_eval_count))
-        answered = [end for end in ends if isinstance(end, Completion)]
-        self.engine_ns = max(end.prompt_eval_duration + end.eval_duration for end in answered)
-        self.evaluations = len({end.prompt_eval_duration for end in answered})
+            steps.append(Step(_token(info) if info is not None else None, end.done_reason, end.prompt_eval_count,
+                              _engine_s(end), end.prompt_eval_duration / 1e9))
         return steps
 
     async def stream_raw(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,
@@ -277,7 +287,11 @@ class InProcessTarget:
                         self._constraints(runner, model, format, [prompt])[0])
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[TokenInfo | Completion | RunnerError] = asyncio.Queue()
-        job.on_token = job.on_done = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)
+
+        def give(event: TokenInfo | Completion | RunnerError) -> None:  # on the model's worker thread
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        job.on_token = job.on_done = give
         assembler = TextAssembler(parsed.stops())
         runner.submit(job)
         try:
@@ -289,11 +303,10 @@ class InProcessTarget:
                 if isinstance(event, RunnerError):
                     raise _error(event)
                 if isinstance(event, Completion):
-                    self.engine_ns = event.prompt_eval_duration + event.eval_duration
                     if draining and event.done_reason != "stop":
                         return  # ended as asked: not an end of the answer
                     reason = "stop" if assembler.stopped else event.done_reason
-                    yield Chunk(assembler.flush(), [], reason, event.prompt_eval_count)
+                    yield Chunk(assembler.flush(), [], reason, event.prompt_eval_count, _engine_s(event))
                     return
                 text = assembler.feed(event.piece)
                 if draining and assembler.holding:
@@ -303,6 +316,20 @@ class InProcessTarget:
                 yield Chunk(text, [_token(event)], None, 0)
         finally:
             job.cancelled.set()
+
+
+@asynccontextmanager
+async def in_process_target(store: ModelStore, **app_options: Any) -> AsyncIterator[InProcessTarget]:
+    """The embedded server built in this process with no HTTP listener (create_app's `app_options`:
+    threads, gpu_layers, ...), as the target that `cli.py serve` speculates on, for what measures or
+    tests that path without a server; its models are freed on leaving. Like any use of the runtime,
+    it wants llama.cpp's libraries loaded before numpy's (server.load_app, called first)."""
+    app = create_app(store, **app_options)
+    models = app.state.models
+    try:
+        yield InProcessTarget(app, models, about(models))
+    finally:
+        await models.close()
 
 
 def _message(data: bytes) -> str:

@@ -142,13 +142,13 @@ class ModelRunner:
             try:  # while answers are in progress or requests wait for a slot, only what is already here
                 job = self.jobs.get_nowait() if self.answers or self.pending else self.jobs.get()
             except queue.Empty:
-                job = False
-            if job is None:  # close(): the answers in progress were cancelled; what waits is served
-                while self.pending or self.answers:
-                    self._start_pending()
-                    self._step()
-                return
-            if job:
+                pass  # nothing new: the answers in progress go on
+            else:
+                if job is None:  # close(): the answers in progress were cancelled; what waits is served
+                    while self.pending or self.answers:
+                        self._start_pending()
+                        self._step()
+                    return
                 self._take(job)
             self._start_pending()
             self._step()
@@ -359,8 +359,8 @@ class ModelRunner:
     def _advance(self, answer: Answer, logits: np.ndarray) -> None:
         """Sample the answer's next token, give it, and keep the answer in its slot unless it ends."""
         job, slot = answer.job, answer.slot
-        if job.constraint is None:
-            token = sample(logits, job.options, answer.rng)
+        if job.constraint is None:  # a greedy answer has no generator (_start): it draws nothing
+            token = int(np.argmax(logits)) if answer.rng is None else sample(logits, job.options, answer.rng)
         else:  # `format`: the grammar's allowed tokens only
             token = job.constraint.choose(logits, job.options, answer.rng)
             job.constraint.accept(token)
