@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from utils.api import openai
+from utils.embedded.http.chat_prompt import fit_messages
 from utils.embedded.http.tools import ToolCallParser
-from utils.embedded.runtime.context import fit_messages
 
 NAMES = {"get_weather", "add"}
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

@@ -9,7 +9,7 @@ bytes, with no pydantic or `jsonable_encoder` on the way out.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -62,7 +62,8 @@ def _submit(request: Request, runner: ModelRunner, job: Job) -> None:
 def final_fields(model: str, reason: str, done: Completion | None, load: float, *, chat: bool) -> dict[str, Any]:
     """The last message of an answer, with Ollama's counters (nanoseconds)."""
     final: dict[str, Any] = {"model": model, "created_at": now()}
-    final.update({"message": {"role": "assistant", "content": ""}} if chat else {"response": ""})
+    empty: dict[str, Any] = {"message": {"role": "assistant", "content": ""}} if chat else {"response": ""}
+    final.update(empty)
     final.update({"done": True, "done_reason": reason})
     if done is not None:
         final.update(
@@ -202,8 +203,10 @@ async def collect(request: Request, runner: ModelRunner, body: Common, job: Job,
         if not finished.done():
             finished.set_result(event)
 
-    job.on_token = on_token
-    job.on_done = lambda event: loop.call_soon_threadsafe(resolve, event)
+    def on_done(event: Completion | RunnerError) -> None:  # the worker thread
+        loop.call_soon_threadsafe(resolve, event)
+
+    job.on_token, job.on_done = on_token, on_done
     _submit(request, runner, job)
     watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
     try:
@@ -228,7 +231,10 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
                     load: float, chat: bool, shape: Shape) -> Response:
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[TokenInfo | Completion | RunnerError] = asyncio.Queue()
-    put = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)  # noqa: E731
+
+    def put(event: TokenInfo | Completion | RunnerError) -> None:  # the worker thread
+        loop.call_soon_threadsafe(events.put_nowait, event)
+
     job.on_token = job.on_done = put
 
     def chunk(text: str, info: TokenInfo | None, final: bool = False) -> bytes:
@@ -241,7 +247,7 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
             out["logprobs"] = [logprob_entry(info)] if info is not None else []
         return ndjson_line(out)
 
-    async def lines() -> AsyncIterator[bytes]:
+    async def lines() -> AsyncGenerator[bytes, None]:
         """NDJSON lines; the tokens already waiting go out in one write."""
         _submit(request, runner, job)
         try:

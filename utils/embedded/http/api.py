@@ -4,6 +4,9 @@ Shapes, defaults, status codes and error messages follow Ollama (see the README'
 Ollama front shared with other servers (request bodies, errors, body limit, JSON and NDJSON encoding)
 is utils/api. The server knows nothing about speculation; it only makes nested validator requests
 cheap (utils/embedded/runtime/runner.py) and keeps the request path lean (answer.py).
+
+Module-level routes (as the proxy's, utils/proxy/app.py) over one `EmbeddedState` on
+`app.state.embedded` (state.py); `create_app` builds the state, the app and its middleware.
 """
 
 from __future__ import annotations
@@ -11,16 +14,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import PlainTextResponse
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 from starlette.responses import Response
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from utils.api.cors import add_cors, origins_from_env
 from utils.api.direct import DirectRoutes
@@ -35,56 +36,19 @@ from utils.embedded.http.capabilities import (
     refuse_template_and_context,
     refuse_unsupported,
 )
+from utils.embedded.http.chat_prompt import fit_messages, render_chat
+from utils.embedded.http.state import EmbeddedState, state_of
 from utils.embedded.http.thinking import refuse_format, splitter, think_mode
-from utils.embedded.http.tools import chat_tools, tojson
+from utils.embedded.http.tools import chat_tools
 from utils.embedded.runtime import model_file
-from utils.embedded.runtime.context import fit_messages
 from utils.embedded.runtime.loaded import LoadedModels
 from utils.embedded.runtime.runner import ModelRunner
-from utils.embedded.store.models import ModelStore
+from utils.embedded.store.models import ModelSpec, ModelStore
 from utils.embedded.store.parameters import modelfile_lines, show_text
 
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
 
-
-# -- templates ----------------------------------------------------------------------------------
-
-_jinja = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-
-
-def _raise(message: str) -> None:
-    raise ApiError(f"template error: {message}", 400)
-
-
-_jinja.globals.update(raise_exception=_raise, strftime_now=lambda fmt: datetime.now().strftime(fmt))
-_jinja.filters["tojson"] = tojson
-
-
-@functools.lru_cache(maxsize=64)
-def _compiled(template: str) -> Any:
-    """A chat template compiled once (jinja2 compiles it to Python: milliseconds for Qwen's), not per request."""
-    return _jinja.from_string(template)
-
-
-def render_chat(runner: ModelRunner, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                think: bool | None = None) -> str:
-    """The exact prompt the model's own chat template makes, ending where the assistant speaks; a
-    thinking model's template gets `enable_thinking` (thinking.py), others nothing more."""
-    template = runner.metadata.get("tokenizer.chat_template")
-    if not template:  # a base model: plain concatenation, as Ollama's default "{{ .Prompt }}"
-        return "".join(m["content"] for m in messages)
-    switch = {} if think is None else {"enable_thinking": think}
-    try:
-        return _compiled(template).render(
-            messages=messages, tools=tools, add_generation_prompt=True, bos_token="", eos_token="", **switch
-        )
-    except ApiError:
-        raise
-    except Exception as error:  # noqa: BLE001 - odd extra fields (tool_calls: "abc") must be a 400, not a 500
-        raise ApiError(f"template error: {type(error).__name__}: {error}", 400) from None
-
-
-# -- the app ------------------------------------------------------------------------------------
+router = APIRouter()
 
 
 def about(models: LoadedModels) -> dict[str, Any]:
@@ -95,15 +59,157 @@ def about(models: LoadedModels) -> dict[str, Any]:
             "burst_endpoint": models.batch, "exact_logprobs": True}
 
 
-# A speculating front (`cli.py serve`, utils/proxy/front.py): made from the server's own stack, its
-# loaded models and its `/api/version`, and put above that stack (inside CORS). The server itself
-# stays free of speculation; `cli.py serve` composes the front above it (utils/proxy/in_process.py).
-Front = Callable[[ASGIApp, LoadedModels, dict[str, Any]], ASGIApp]
+@router.api_route("/", methods=["GET", "HEAD"])  # Ollama's CLI checks the server with HEAD /
+async def root() -> Any:
+    return PlainTextResponse("Ollama is running")
+
+
+@router.api_route("/api/version", methods=["GET", "HEAD"])
+async def version(request: Request) -> dict[str, Any]:
+    return about(state_of(request).models)
+
+
+@router.api_route("/api/tags", methods=["GET", "HEAD"])
+async def tags(request: Request) -> dict[str, Any]:
+    return {"models": model_entries(state_of(request).store)}
+
+
+@router.get("/api/ps")
+async def ps(request: Request) -> dict[str, Any]:
+    state = state_of(request)
+    models, store = state.models, state.store
+    loaded = {**{name: e.num_ctx for name, e in models.embedders.items()},
+              **{name: r.num_ctx for name, r in models.runners.items()}}
+    return {
+        "models": [
+            {**{key: value for key, value in _model_entry(store.spec(name)).items() if key != "modified_at"},
+             "expires_at": models.residency.expires_at(name),
+             "size_vram": models.runners[name].vram_bytes if name in models.runners else 0,
+             "context_length": num_ctx}
+            for name, num_ctx in loaded.items()
+        ]
+    }
+
+
+@router.post("/api/show")
+async def show(body: ShowBody, request: Request) -> dict[str, Any]:
+    """From the model's file, as Ollama reads it: nothing is loaded, reloaded or kept (model_file.py)."""
+    state = state_of(request)
+    models, store = state.models, state.store
+    name = models.resolve(body.model or body.name)
+    path = store.path(name)
+    try:
+        file = await asyncio.to_thread(model_file.read, path)
+    except ValueError as error:
+        raise ApiError(f"model '{name}' cannot be read: {error}", 500) from None
+    info: dict[str, Any] = {key: _number(value) for key, value in file.metadata.items()}
+    info.pop("tokenizer.chat_template", None)
+    info["tokenizer.ggml.tokens"] = (await asyncio.to_thread(lambda: file.vocabulary)) if body.verbose else []
+    info["general.parameter_count"] = info.get("general.parameter_count", 0)
+    spec = store.spec(name)
+    entry = _model_entry(spec)
+    return {  # no `license`: Ollama leaves an empty one out, and no model here has one
+        "modelfile": "\n".join([f"FROM {path}", *modelfile_lines(spec.parameters)]),
+        "parameters": show_text(spec.parameters),
+        "template": file.metadata.get("tokenizer.chat_template", "{{ .Prompt }}"),
+        "details": entry["details"],
+        "model_info": info,
+        "capabilities": capabilities(file),
+        "modified_at": entry["modified_at"],
+    }
+
+
+async def unloaded(models: LoadedModels, body: GenerateBody | ChatBody, empty: bool, *, chat: bool) -> Response | None:
+    """Ollama's checks, then its answer to an empty request with keep_alive 0: the model unloaded."""
+    body.check()
+    if empty and await models.unload_now(body.model, body.keep_alive):
+        return final_response(body.model, "unload", None, 0.0, chat=chat, stream=body.stream)
+    return None
+
+
+async def loaded(models: LoadedModels, body: GenerateBody | ChatBody) -> tuple[ModelRunner, float, bool | None]:
+    """The request's model, loaded (its Modelfile parameters under the request's options), the
+    load time, and the request's think mode for it."""
+    runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
+    body.options = body.options.under(runner.parameters)
+    think = think_mode(body.model, runner.metadata.get("tokenizer.chat_template"), _think(body))
+    refuse_format(think, body.format)
+    return runner, load, think
+
+
+@router.post("/api/generate")
+async def generate(body: GenerateBody, request: Request) -> Response:
+    models = state_of(request).models
+    if (done := await unloaded(models, body, not body.prompt, chat=False)) is not None:
+        return done
+    runner, load, think = await loaded(models, body)
+    refuse_unsupported(body.model_extra or {})
+    refuse_template_and_context(body.template, body.context)
+    if body.suffix:
+        prompt = fill_in_middle(runner, body.model, body.prompt, body.suffix, system=body.system, raw=body.raw)
+    elif body.raw:
+        prompt = body.prompt
+    else:
+        messages = ([{"role": "system", "content": body.system}] if body.system else []) + (
+            [{"role": "user", "content": body.prompt}] if body.prompt else []
+        )
+        prompt = render_chat(runner, messages, think=think) if messages else ""
+    if body.debug_render_only:
+        return _rendered(body.model, prompt, chat=False)
+    if not body.prompt:  # Ollama answers an empty prompt by only loading the model
+        return final_response(body.model, "load", None, load, chat=False, stream=body.stream)
+    return await answer(request, runner, body, prompt, load, chat=False, thinking=splitter(think, prompt))
+
+
+@router.post("/api/chat")
+async def chat(body: ChatBody, request: Request) -> Response:
+    models = state_of(request).models
+    if (done := await unloaded(models, body, not body.messages, chat=True)) is not None:
+        return done
+    runner, load, think = await loaded(models, body)
+    tools = chat_tools(runner, body)
+    messages = [m.model_dump() for m in body.messages]
+    refuse_unsupported(body.model_extra or {}, messages)
+    prompt, dropped = fit_messages(messages, lambda kept: render_chat(runner, kept, tools, think),
+                                   runner.count_tokens, runner.num_ctx,
+                                   body.truncate is not False) if messages else ("", 0)
+    if body.debug_render_only:
+        return _rendered(body.model, prompt, chat=True)
+    if not messages:
+        return final_response(body.model, "load", None, load, chat=True, stream=body.stream)
+    return await answer(request, runner, body, prompt, load, chat=True, tools=tools, dropped_messages=dropped,
+                        thinking=splitter(think, prompt))
+
+
+# -- the app ------------------------------------------------------------------------------------
+
+
+class Front(Protocol):
+    """A speculating front (`cli.py serve`, utils/proxy/front.py): ASGI middleware made from the
+    server's own stack, its loaded models and its `/api/version`, and put above that stack (inside
+    CORS). The server itself stays free of speculation; `cli.py serve` composes the front above it
+    (utils/proxy/in_process.py)."""
+
+    def __call__(self, app: ASGIApp, /, models: LoadedModels, about: dict[str, Any]) -> ASGIApp: ...
+
+
+class WithApp:
+    """ASGI middleware under the speculating front: the front's own requests to this stack
+    (http/target.py) are made in process, without the `app` that Starlette puts in the scope of every
+    request it receives, and the routes find their state through it."""
+
+    def __init__(self, app: ASGIApp, server: FastAPI):
+        self.app, self.server = app, server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope.setdefault("app", self.server)
+        await self.app(scope, receive, send)
 
 
 def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_batches: bool = False,
                gpu_layers: int = -1, parallel: int = 4, front: Front | None = None) -> FastAPI:
-    models = LoadedModels(store, threads, batch, fast_batches, gpu_layers, parallel)
+    state = EmbeddedState(LoadedModels(store, threads, batch, fast_batches, gpu_layers, parallel))
+    models = state.models
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -117,125 +223,18 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
     app = FastAPI(title="Embedded Ollama-compatible server", version=OLLAMA_VERSION,
                   default_response_class=JSONResponse, lifespan=lifespan)
     install_error_handlers(app)
-    app.state.models = models
-    embeddings.register(app, models)
-    management.register(app, models)
-    burst = burst_api.register(app, models)
-
-    @app.api_route("/", methods=["GET", "HEAD"])  # Ollama's CLI checks the server with HEAD /
-    async def root() -> Any:
-        return PlainTextResponse("Ollama is running")
-
-    @app.api_route("/api/version", methods=["GET", "HEAD"])
-    async def version() -> dict[str, Any]:
-        return about(models)
-
-    @app.api_route("/api/tags", methods=["GET", "HEAD"])
-    async def tags() -> dict[str, Any]:
-        return {"models": [_model_entry(spec) for spec in store.installed()]}
-
-    @app.get("/api/ps")
-    async def ps() -> dict[str, Any]:
-        loaded = {**{name: e.num_ctx for name, e in models.embedders.items()},
-                  **{name: r.num_ctx for name, r in models.runners.items()}}
-        return {
-            "models": [
-                {**{key: value for key, value in _model_entry(store.spec(name)).items() if key != "modified_at"},
-                 "expires_at": models.residency.expires_at(name),
-                 "size_vram": models.runners[name].vram_bytes if name in models.runners else 0,
-                 "context_length": num_ctx}
-                for name, num_ctx in loaded.items()
-            ]
-        }
-
-    @app.post("/api/show")
-    async def show(body: ShowBody) -> dict[str, Any]:
-        """From the model's file, as Ollama reads it: nothing is loaded, reloaded or kept (model_file.py)."""
-        name = models.resolve(body.model or body.name)
-        path = store.path(name)
-        try:
-            file = await asyncio.to_thread(model_file.read, path)
-        except ValueError as error:
-            raise ApiError(f"model '{name}' cannot be read: {error}", 500) from None
-        info: dict[str, Any] = {key: _number(value) for key, value in file.metadata.items()}
-        info.pop("tokenizer.chat_template", None)
-        info["tokenizer.ggml.tokens"] = (await asyncio.to_thread(lambda: file.vocabulary)) if body.verbose else []
-        info["general.parameter_count"] = info.get("general.parameter_count", 0)
-        spec = store.spec(name)
-        entry = _model_entry(spec)
-        return {  # no `license`: Ollama leaves an empty one out, and no model here has one
-            "modelfile": "\n".join([f"FROM {path}", *modelfile_lines(spec.parameters)]),
-            "parameters": show_text(spec.parameters),
-            "template": file.metadata.get("tokenizer.chat_template", "{{ .Prompt }}"),
-            "details": entry["details"],
-            "model_info": info,
-            "capabilities": capabilities(file),
-            "modified_at": entry["modified_at"],
-        }
-
-    async def unloaded(body: GenerateBody | ChatBody, empty: bool, *, chat: bool) -> Response | None:
-        """Ollama's checks, then its answer to an empty request with keep_alive 0: the model unloaded."""
-        body.check()
-        if empty and await models.unload_now(body.model, body.keep_alive):
-            return final_response(body.model, "unload", None, 0.0, chat=chat, stream=body.stream)
-        return None
-
-    async def loaded(body: GenerateBody | ChatBody) -> tuple[ModelRunner, float, Any]:
-        """The request's model, loaded (its Modelfile parameters under the request's options), the
-        load time, and the request's think mode for it."""
-        runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
-        body.options = body.options.under(runner.parameters)
-        think = think_mode(body.model, runner.metadata.get("tokenizer.chat_template"), _think(body))
-        refuse_format(think, body.format)
-        return runner, load, think
-
-    @app.post("/api/generate")
-    async def generate(body: GenerateBody, request: Request) -> Response:
-        if (done := await unloaded(body, not body.prompt, chat=False)) is not None:
-            return done
-        runner, load, think = await loaded(body)
-        refuse_unsupported(body.model_extra or {})
-        refuse_template_and_context(body.template, body.context)
-        if body.suffix:
-            prompt = fill_in_middle(runner, body.model, body.prompt, body.suffix, system=body.system, raw=body.raw)
-        elif body.raw:
-            prompt = body.prompt
-        else:
-            messages = ([{"role": "system", "content": body.system}] if body.system else []) + (
-                [{"role": "user", "content": body.prompt}] if body.prompt else []
-            )
-            prompt = render_chat(runner, messages, think=think) if messages else ""
-        if body.debug_render_only:
-            return _rendered(body.model, prompt, chat=False)
-        if not body.prompt:  # Ollama answers an empty prompt by only loading the model
-            return final_response(body.model, "load", None, load, chat=False, stream=body.stream)
-        return await answer(request, runner, body, prompt, load, chat=False, thinking=splitter(think, prompt))
-
-    @app.post("/api/chat")
-    async def chat(body: ChatBody, request: Request) -> Response:
-        if (done := await unloaded(body, not body.messages, chat=True)) is not None:
-            return done
-        runner, load, think = await loaded(body)
-        tools = chat_tools(runner, body)
-        messages = [m.model_dump() for m in body.messages]
-        refuse_unsupported(body.model_extra or {}, messages)
-        prompt, dropped = fit_messages(messages, lambda kept: render_chat(runner, kept, tools, think),
-                                       runner.count_tokens, runner.num_ctx,
-                                       body.truncate is not False) if messages else ("", 0)
-        if body.debug_render_only:
-            return _rendered(body.model, prompt, chat=True)
-        if not messages:
-            return final_response(body.model, "load", None, load, chat=True, stream=body.stream)
-        return await answer(request, runner, body, prompt, load, chat=True, tools=tools, dropped_messages=dropped,
-                            thinking=splitter(think, prompt))
-
-    install_openai(app, chat, generate, lambda: [_model_entry(spec) for spec in store.installed()])
+    app.state.embedded = state
+    app.state.models = models  # what utils/bench/in_process.py drives
+    for routes in (embeddings.router, management.router, burst_api.router, router):  # in the order they match
+        app.include_router(routes)
+    install_openai(app, chat, generate, functools.partial(model_entries, store))
     # Middleware, innermost first. The requests of a speculative round skip FastAPI's stack (direct.py).
     app.add_middleware(BodyLimit)
     app.add_middleware(DirectRoutes, routes={"/api/generate": (GenerateBody, generate),
-                                             burst_api.PATH: (burst_api.BurstBody, burst)})
+                                             burst_api.PATH: (burst_api.BurstBody, burst_api.burst)})
     app.add_middleware(CountArrivals)  # a request counts from its first byte
     if front is not None:  # outside the arrival count: a speculated answer is no request still arriving
+        app.add_middleware(WithApp, server=app)
         app.add_middleware(front, models=models, about=about(models))
     add_cors(app, origins_from_env())
     return app
@@ -248,7 +247,7 @@ def _think(body: ChatBody | GenerateBody) -> Any:
 def _rendered(model: str, prompt: str, *, chat: bool) -> Response:
     """The answer to `_debug_render_only`: the prompt the template made, nothing generated (as Ollama:
     an empty message or response, `done: false`)."""
-    empty = {"message": {"role": "", "content": ""}} if chat else {"response": ""}
+    empty: dict[str, Any] = {"message": {"role": "", "content": ""}} if chat else {"response": ""}
     return json_response({"model": model, "created_at": now(), **empty, "done": False,
                           "_debug_info": {"rendered_template": prompt}})
 
@@ -261,7 +260,12 @@ def _number(value: str) -> Any:
     return value
 
 
-def _model_entry(spec) -> dict[str, Any]:
+def model_entries(store: ModelStore) -> list[dict[str, Any]]:
+    """`/api/tags`' list (and `/v1/models`'): the installed models."""
+    return [_model_entry(spec) for spec in store.installed()]
+
+
+def _model_entry(spec: ModelSpec) -> dict[str, Any]:
     tag = spec.name.split(":")[-1]
     quant = re.search(r"(Q\d_K_[MS]|Q\d_\d|Q\d_K|F16)", spec.file, re.I)
     return {

@@ -12,14 +12,17 @@ import time
 from typing import Any
 
 import numpy as np
-from fastapi import FastAPI
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 from utils.api.http import ApiError, json_response
 from utils.api.openai import error_body
 from utils.api.schemas import Options
+from utils.embedded.http.state import state_of
 from utils.embedded.runtime.loaded import LoadedModels
+
+router = APIRouter()  # included by api.create_app; the routes find the server's state with state_of
 
 
 def normalized(vector: np.ndarray) -> np.ndarray:
@@ -84,25 +87,25 @@ async def embed(models: LoadedModels, body: EmbedBody, *, normalize: bool = True
             "load_duration": int((loaded - started) * 1e9), "prompt_eval_count": count}
 
 
-def register(app: FastAPI, models: LoadedModels) -> None:
-    """The three embedding routes; `models` loads each model's embedding context by name."""
+@router.post("/api/embed")
+async def api_embed(body: EmbedBody, request: Request) -> Response:
+    return json_response(await embed(state_of(request).models, body))
 
-    @app.post("/api/embed")
-    async def api_embed(body: EmbedBody) -> Response:
-        return json_response(await embed(models, body))
 
-    @app.post("/api/embeddings")
-    async def api_embeddings(body: LegacyBody) -> Response:
-        if not body.prompt:  # Ollama: an empty prompt only loads the model
-            await models.embedder(body.model, body.options.num_ctx, body.keep_alive)
-            return json_response({"embedding": []})
-        answer = await embed(models, EmbedBody(model=body.model, input=body.prompt, options=body.options,
-                                               keep_alive=body.keep_alive), normalize=False)
-        return json_response({"embedding": answer["embeddings"][0]})
+@router.post("/api/embeddings")
+async def api_embeddings(body: LegacyBody, request: Request) -> Response:
+    models = state_of(request).models
+    if not body.prompt:  # Ollama: an empty prompt only loads the model
+        await models.embedder(body.model, body.options.num_ctx, body.keep_alive)
+        return json_response({"embedding": []})
+    answer = await embed(models, EmbedBody(model=body.model, input=body.prompt, options=body.options,
+                                           keep_alive=body.keep_alive), normalize=False)
+    return json_response({"embedding": answer["embeddings"][0]})
 
-    @app.post("/v1/embeddings")
-    async def openai_embeddings(raw: dict[str, Any]) -> Response:
-        return await _openai(models, raw)
+
+@router.post("/v1/embeddings")
+async def openai_embeddings(raw: dict[str, Any], request: Request) -> Response:
+    return await _openai(state_of(request).models, raw)
 
 
 async def _openai(models: LoadedModels, raw: dict[str, Any]) -> Response:

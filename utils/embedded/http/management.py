@@ -7,23 +7,25 @@ TEMPLATE, SYSTEM, ADAPTER...).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.responses import Response
 
 from utils.api.http import ApiError, json_response, ndjson_line, ndjson_response
 from utils.api.schemas import Options
-from utils.embedded.runtime.loaded import LoadedModels
+from utils.embedded.http.state import state_of
 from utils.embedded.store import names, parameters
 from utils.embedded.store.library import LibraryError, copy_model, delete_model, find_blob, register_file
 from utils.embedded.store.models import ModelError
 
 PROGRESS_STEP = 1 << 23  # report pull progress every 8 MB
 CREATE_UNSUPPORTED = ("quantize", "system", "template", "adapters", "messages", "license", "renderer", "parser")
+
+router = APIRouter()  # included by api.create_app; the routes find the server's state with state_of
 
 
 class PullBody(BaseModel):
@@ -71,137 +73,148 @@ def _statuses(lines: list[dict[str, Any]], stream: bool) -> Response:
     return ndjson_response(out())
 
 
-def register(app: FastAPI, models: LoadedModels) -> None:
-    """The routes; `models` is the server's LoadedModels (its store, and unload for a deleted model)."""
-    store = models.store
-    pulls: dict[str, asyncio.Lock] = {}
+@router.post("/api/pull")
+async def pull(body: PullBody, request: Request) -> Response:
+    state = state_of(request)
+    store, pulls = state.store, state.pulls
+    requested = body.model or body.name
+    wanted = names.canonical(requested)
+    if wanted is None:
+        raise ApiError(f'name "{requested}" is invalid', 400)
+    if wanted not in store.catalogue:
+        known = ", ".join(store.catalogue)
+        raise ApiError(f"pull model manifest: file does not exist: '{wanted}' is not in the embedded "
+                       f"server's catalogue ({known}); register your own GGUF with /api/create", 404)
+    spec = store.catalogue[wanted]
+    lock = pulls.setdefault(wanted, asyncio.Lock())  # a second pull of the same model waits for the first
+    events: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
 
-    @app.post("/api/pull")
-    async def pull(body: PullBody) -> Response:
-        requested = body.model or body.name
-        wanted = names.canonical(requested)
-        if wanted is None:
-            raise ApiError(f'name "{requested}" is invalid', 400)
-        if wanted not in store.catalogue:
-            known = ", ".join(store.catalogue)
-            raise ApiError(f"pull model manifest: file does not exist: '{wanted}' is not in the embedded "
-                           f"server's catalogue ({known}); register your own GGUF with /api/create", 404)
-        spec = store.catalogue[wanted]
-        lock = pulls.setdefault(wanted, asyncio.Lock())  # a second pull of the same model waits for the first
-        events: asyncio.Queue[dict[str, Any] | BaseException | None] = asyncio.Queue()
-        loop = asyncio.get_running_loop()
-        put: Callable[[Any], None] = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)  # noqa: E731
-        digest = f"sha256:{spec.sha256}"
-        reported = [-PROGRESS_STEP]
+    def put(event: dict[str, Any] | BaseException | None) -> None:  # from the installing thread
+        loop.call_soon_threadsafe(events.put_nowait, event)
 
-        def on_bytes(written: int, total: int) -> None:
-            if written - reported[0] >= PROGRESS_STEP or written == total:
-                reported[0] = written
-                put({"status": f"pulling {spec.sha256[:12]}", "digest": digest, "total": total, "completed": written})
+    digest = f"sha256:{spec.sha256}"
+    reported = [-PROGRESS_STEP]
 
-        def install() -> None:
-            try:
-                store.install(wanted, progress=lambda _line: None, on_bytes=on_bytes)
-                on_bytes(spec.size, spec.size)  # an installed model: the whole layer is there
-                put(None)
-            except BaseException as error:  # noqa: BLE001 - reported to the client as Ollama's error line
-                put(error)
+    def on_bytes(written: int, total: int) -> None:
+        if written - reported[0] >= PROGRESS_STEP or written == total:
+            reported[0] = written
+            put({"status": f"pulling {spec.sha256[:12]}", "digest": digest, "total": total, "completed": written})
 
-        async def progress() -> AsyncIterator[dict[str, Any]]:
-            async with lock:
-                yield {"status": "pulling manifest"}
-                worker = loop.run_in_executor(None, install)
-                while (event := await events.get()) is not None:
-                    if isinstance(event, BaseException):
-                        await worker
-                        raise ApiError(str(event), getattr(event, "status", 500))
-                    yield event
-                await worker
-                for status in ("verifying sha256 digest", "writing manifest", "success"):
-                    yield {"status": status}
-
-        if not body.stream:
-            events_seen = [event async for event in progress()]  # Ollama: only the final status
-            return json_response(events_seen[-1])
-
-        async def lines() -> AsyncIterator[bytes]:
-            try:
-                async for event in progress():
-                    yield ndjson_line(event)
-            except ApiError as error:
-                yield ndjson_line({"error": error.message})
-
-        return ndjson_response(lines())
-
-    @app.delete("/api/delete")
-    async def delete(body: NameBody) -> Response:
-        requested = body.model or body.name
-        if names.canonical(requested) is None:
-            raise ApiError(f'name "{requested}" is invalid', 400)
+    def install() -> None:
         try:
-            name = store.spec(requested).name
-        except ModelError:
-            raise ApiError(f"model '{requested}' not found", 404) from None
-        await models.unload(name, when_due=False)
+            store.install(wanted, progress=lambda _line: None, on_bytes=on_bytes)
+            on_bytes(spec.size, spec.size)  # an installed model: the whole layer is there
+            put(None)
+        except BaseException as error:  # noqa: BLE001 - reported to the client as Ollama's error line
+            put(error)
+
+    async def progress() -> AsyncIterator[dict[str, Any]]:
+        async with lock:
+            yield {"status": "pulling manifest"}
+            worker = loop.run_in_executor(None, install)
+            while (event := await events.get()) is not None:
+                if isinstance(event, BaseException):
+                    await worker
+                    raise ApiError(str(event), getattr(event, "status", 500))
+                yield event
+            await worker
+            for status in ("verifying sha256 digest", "writing manifest", "success"):
+                yield {"status": status}
+
+    if not body.stream:
+        events_seen = [event async for event in progress()]  # Ollama: only the final status
+        return json_response(events_seen[-1])
+
+    async def lines() -> AsyncIterator[bytes]:
         try:
-            await asyncio.to_thread(delete_model, store, name)
-        except ModelError as error:
-            raise _failed(error) from None
-        return Response(status_code=200)
+            async for event in progress():
+                yield ndjson_line(event)
+        except ApiError as error:
+            yield ndjson_line({"error": error.message})
 
-    @app.post("/api/copy")
-    async def copy(body: CopyBody) -> Response:
-        try:
-            await asyncio.to_thread(copy_model, store, body.source, body.destination)
-        except ModelError as error:
-            raise _failed(error) from None
-        return Response(status_code=200)
+    return ndjson_response(lines())
 
-    @app.post("/api/create")
-    async def create(body: CreateBody) -> Response:
-        name = body.model or body.name
-        if not name:
-            raise ApiError("model name is required", 400)
-        extra = body.model_extra or {}
-        unsupported = [field for field in CREATE_UNSUPPORTED if extra.get(field)]
-        if unsupported:
-            raise ApiError(f"the embedded server creates a model from one GGUF file only; {', '.join(unsupported)} "
-                           "cannot be applied (the GGUF's own chat template and defaults are used)", 501)
-        source, digest, wanted = _create_source(body, extra)
-        canonical = names.canonical(name)
-        if canonical is not None and (canonical in models.runners or canonical in models.embedders):
-            await models.unload(canonical, when_due=False)
-        try:
-            if digest is not None:
-                blob = find_blob(store, digest)
-                if blob is None:
-                    raise LibraryError(f"blob {digest} not found: the embedded server cannot receive uploaded blobs; "
-                                       'create from a local file instead: {"model": NAME, "from": "/path/file.gguf"}')
-                spec = await asyncio.to_thread(register_file, store, name, blob, f"/api/create ({digest})",
-                                               digest.removeprefix("sha256:"), wanted)
-            elif source.startswith(("/", "~")):
-                spec = await asyncio.to_thread(register_file, store, name, Path(source), f"/api/create ({source})",
-                                               None, wanted)
-            else:
-                spec = await asyncio.to_thread(copy_model, store, source, name, wanted)
-        except ModelError as error:
-            raise _failed(error) from None
-        return _statuses([{"status": "parsing GGUF"}, {"status": f"using existing layer sha256:{spec.sha256}"},
-                          {"status": "writing manifest"}, {"status": "success"}], body.stream)
 
-    @app.post("/api/push")
-    async def push() -> Response:
-        raise ApiError("push is not supported by the embedded server: it has no registry to push to", 501)
+@router.delete("/api/delete")
+async def delete(body: NameBody, request: Request) -> Response:
+    state = state_of(request)
+    models, store = state.models, state.store
+    requested = body.model or body.name
+    if names.canonical(requested) is None:
+        raise ApiError(f'name "{requested}" is invalid', 400)
+    try:
+        name = store.spec(requested).name
+    except ModelError:
+        raise ApiError(f"model '{requested}' not found", 404) from None
+    await models.unload(name, when_due=False)
+    try:
+        await asyncio.to_thread(delete_model, store, name)
+    except ModelError as error:
+        raise _failed(error) from None
+    return Response(status_code=200)
 
-    @app.head("/api/blobs/{digest}")
-    async def blob_exists(digest: str) -> Response:
-        return Response(status_code=200 if find_blob(store, digest) else 404)
 
-    @app.post("/api/blobs/{digest}")
-    async def blob_upload(digest: str) -> Response:
-        raise ApiError("uploading blobs is not supported by the embedded server; create the model from a local "
-                       'GGUF path instead ({"model": NAME, "from": "/path/file.gguf"}), or run: '
-                       "python cli.py models add NAME FILE.gguf", 501)
+@router.post("/api/copy")
+async def copy(body: CopyBody, request: Request) -> Response:
+    store = state_of(request).store
+    try:
+        await asyncio.to_thread(copy_model, store, body.source, body.destination)
+    except ModelError as error:
+        raise _failed(error) from None
+    return Response(status_code=200)
+
+
+@router.post("/api/create")
+async def create(body: CreateBody, request: Request) -> Response:
+    state = state_of(request)
+    models, store = state.models, state.store
+    name = body.model or body.name
+    if not name:
+        raise ApiError("model name is required", 400)
+    extra = body.model_extra or {}
+    unsupported = [field for field in CREATE_UNSUPPORTED if extra.get(field)]
+    if unsupported:
+        raise ApiError(f"the embedded server creates a model from one GGUF file only; {', '.join(unsupported)} "
+                       "cannot be applied (the GGUF's own chat template and defaults are used)", 501)
+    source, digest, wanted = _create_source(body, extra)
+    canonical = names.canonical(name)
+    if canonical is not None and (canonical in models.runners or canonical in models.embedders):
+        await models.unload(canonical, when_due=False)
+    try:
+        if digest is not None:
+            blob = find_blob(store, digest)
+            if blob is None:
+                raise LibraryError(f"blob {digest} not found: the embedded server cannot receive uploaded blobs; "
+                                   'create from a local file instead: {"model": NAME, "from": "/path/file.gguf"}')
+            spec = await asyncio.to_thread(register_file, store, name, blob, f"/api/create ({digest})",
+                                           digest.removeprefix("sha256:"), wanted)
+        elif source.startswith(("/", "~")):
+            spec = await asyncio.to_thread(register_file, store, name, Path(source), f"/api/create ({source})",
+                                           None, wanted)
+        else:
+            spec = await asyncio.to_thread(copy_model, store, source, name, wanted)
+    except ModelError as error:
+        raise _failed(error) from None
+    return _statuses([{"status": "parsing GGUF"}, {"status": f"using existing layer sha256:{spec.sha256}"},
+                      {"status": "writing manifest"}, {"status": "success"}], body.stream)
+
+
+@router.post("/api/push")
+async def push() -> Response:
+    raise ApiError("push is not supported by the embedded server: it has no registry to push to", 501)
+
+
+@router.head("/api/blobs/{digest}")
+async def blob_exists(digest: str, request: Request) -> Response:
+    return Response(status_code=200 if find_blob(state_of(request).store, digest) else 404)
+
+
+@router.post("/api/blobs/{digest}")
+async def blob_upload(digest: str) -> Response:
+    raise ApiError("uploading blobs is not supported by the embedded server; create the model from a local "
+                   'GGUF path instead ({"model": NAME, "from": "/path/file.gguf"}), or run: '
+                   "python cli.py models add NAME FILE.gguf", 501)
 
 
 def _create_source(body: CreateBody, extra: dict[str, Any]) -> tuple[str, str | None, dict[str, Any]]:

@@ -21,7 +21,7 @@ LEVELS = ("high", "medium", "low", "max")  # api.ThinkValue's strings; each mean
 
 def thinks(template: str | None) -> bool:
     """Whether a chat template has a thinking switch or thinking tags (Ollama's `thinking` capability)."""
-    return bool(template) and ("enable_thinking" in template or OPENING in template)
+    return template is not None and ("enable_thinking" in template or OPENING in template)
 
 
 def think_mode(model: str, template: str | None, value: Any) -> bool | None:

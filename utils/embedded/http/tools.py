@@ -32,7 +32,7 @@ _FENCED = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?```$", re.S)
 
 def offers_tools(template: str | None) -> bool:
     """Whether a chat template renders `tools` (what Ollama checks to give a model the tools capability)."""
-    return bool(template) and "tools" in template
+    return template is not None and "tools" in template
 
 
 def chat_tools(runner: ModelRunner, body: ChatBody) -> list[dict[str, Any]] | None:
@@ -104,8 +104,8 @@ def bare_calls(text: str, names: set[str], first: int) -> list[dict[str, Any]] |
     items = value if isinstance(value, list) else [value]
     if not items or not all(isinstance(item, dict) and item.get("name") in names for item in items):
         return None
-    calls = [parse_call(json.dumps(item), first + i) for i, item in enumerate(items)]
-    return calls if all(calls) else None
+    calls = [call for i, item in enumerate(items) if (call := parse_call(json.dumps(item), first + i)) is not None]
+    return calls if len(calls) == len(items) else None
 
 
 def _could_be_bare(text: str) -> bool:

@@ -203,8 +203,9 @@ class GrammarConstraint:
         return bool(np.isfinite(self.one["logit"][0]))
 
     def choose(self, logits: np.ndarray, options: SamplingOptions, rng: np.random.Generator | None) -> int:
-        """The token sampling picks among those the grammar allows next."""
-        token = sample(logits, options, rng)
+        """The token sampling picks among those the grammar allows next. `rng` is None for a greedy job
+        (runner.py makes none for it), which draws nothing."""
+        token = _sample(logits, options, rng)
         if self.allows(token):
             return token
         self.candidates["logit"] = logits
@@ -212,7 +213,7 @@ class GrammarConstraint:
         masked = self.candidates["logit"].copy()
         if not np.isfinite(masked).any():
             raise RuntimeError("the grammar allows no token here")
-        return sample(masked, options, rng)
+        return _sample(masked, options, rng)
 
     def accept(self, token: int) -> None:
         self._llama.llama_sampler_accept(self.sampler, token)
@@ -223,3 +224,8 @@ class GrammarConstraint:
             self.sampler = None
 
     __del__ = close  # a job that never reached a group (its prompt failed to tokenize) frees it here
+
+
+def _sample(logits: np.ndarray, options: SamplingOptions, rng: np.random.Generator | None) -> int:
+    """utils/sampling.py's draw; without a generator (a greedy job) the most likely token, as it picks."""
+    return int(np.argmax(logits)) if rng is None else sample(logits, options, rng)

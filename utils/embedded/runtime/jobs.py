@@ -44,6 +44,8 @@ ARRIVALS = Arrivals()
 class RunnerError(SpecError):
     """A request the model runner cannot serve; `status` is the HTTP status Ollama uses for it."""
 
+    status: int  # always given (SpecError's may be None)
+
     def __init__(self, message: str, status: int = 500):
         super().__init__(message, status)
 
