@@ -33,22 +33,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def clear_process_caches() -> None:
     """Empties what the project keeps for the life of the process, in the modules already imported
-    (one not imported yet holds nothing): the engine's draft-length controllers, tokenizer
-    vocabularies and verification gates (whether a server and model can verify drafts), the settings
-    read once, an embedded server `utils.hosts` started for a CLI call,
-    and Streamlit's data caches (st.cache_data: tokenizer relations, the parallel check).
+    (one not imported yet holds nothing): the settings read once, an embedded server `utils.hosts`
+    started for a CLI call, and Streamlit's data caches (st.cache_data: tokenizer relations, the
+    parallel check), and the app's engine memory. What the engine learns lives in an EngineMemory its
+    owner passes in, so a test that builds a decoder or a proxy starts from a memory of its own.
 
-    Left alone: the session's embedded server (`server_url`) and what it loaded, and Streamlit's
-    st.cache_resource (the app's one event loop and its clients: resources, not results, which
-    clearing would leak rather than close)."""
-    if controller := sys.modules.get("utils.engine.controller"):
-        controller.clear_controllers()
-    if tokenizers := sys.modules.get("utils.engine.tokenizers"):
-        tokenizers.clear_vocabularies()
-    if suffix := sys.modules.get("utils.engine.drafters.suffix"):
-        suffix.clear_suffix_trees()
-    if planning := sys.modules.get("utils.engine.planning"):
-        planning.clear_gates()
+    Left alone: the session's embedded server (`server_url`) and what it loaded, and the rest of
+    Streamlit's st.cache_resource (the app's one event loop and its clients: resources, not results,
+    which clearing would leak rather than close)."""
+    if app_runtime := sys.modules.get("utils.app.runtime"):
+        app_runtime.engine_memory.clear()
     if config := sys.modules.get("config"):
         config.get_settings.cache_clear()
     if hosts := sys.modules.get("utils.hosts"):

@@ -16,9 +16,10 @@ from tests.support.models import DRAFT, SMALL, TARGET
 from utils.embedded.server import EmbeddedServer
 from utils.engine.answer import collect
 from utils.engine.client import OllamaClient
-from utils.engine.controller import MARGIN, DraftLengthController
+from utils.engine.controller import MARGIN, Adaptive, DraftLengthController, FreeDrafts
 from utils.engine.decoder import build_decoder
 from utils.engine.events import DoneEvent, FallbackEvent, RoundEvent, TextEvent
+from utils.engine.memory import EngineMemory
 from utils.engine.request import GenerationRequest
 from utils.engine.validator import PromptPrefixValidator
 from utils.sampling import SamplingOptions, text_distribution
@@ -180,15 +181,15 @@ async def test_greedy_conversations_are_standard_turn_by_turn_with_model_free_dr
     history the earlier standard answers: the answers are the standard ones, and the later turns,
     which repeat the earlier answers, were drafted (K = 4 fixed: every draft is verified). With K
     chosen by the controller too: asked after every standard token, a draft that pays ends the
-    segment and is verified as proposed then (`_draft_pays`)."""
-    history: list[dict[str, str]] = []
+    segment and is verified as proposed then (segment.py `_draft_pays`)."""
+    history, memory = [], EngineMemory()  # the later turns' drafts come from the earlier answers too (suffix)
     drafted = {(drafter, k): 0 for drafter in ("lookup", "suffix") for k in (4, None)}
     for turn in conversation["turns"]:
         history.append({"role": "user", "content": turn})
         request = GenerationRequest(messages=list(history), max_tokens=64)
         standard = await answer(server_url, "qwen2.5-coder:0.5b", "none", request)
         for drafter, k in drafted:
-            speculative = await answer(server_url, "qwen2.5-coder:0.5b", drafter, replace(request, k=k))
+            speculative = await answer(server_url, "qwen2.5-coder:0.5b", drafter, replace(request, k=k), memory)
             assert speculative["text"] == standard["text"], (drafter, k, len(history))
             drafted[drafter, k] += speculative["stats"]["drafted_tokens"] if len(history) > 1 else 0
         history.append({"role": "assistant", "content": standard["text"]})
@@ -234,19 +235,19 @@ async def test_draft_server_killed_mid_answer_gives_the_standard_answer(server_u
 class Decision:
     k: int  # what the controller chose
     limit: int | None
-    before: DraftLengthController  # what it had measured when it chose (a copy)
+    before: Adaptive  # what it had measured when it chose (a copy)
 
 
-def cost_model_choice(before: DraftLengthController, limit: int | None) -> int:
+def cost_model_choice(before: Adaptive, limit: int | None) -> int:
     """The K the controller's own cost model gives for what it had measured: none before standard
     speed is known; else the K with the most expected tokens per second (E(K) over the measured cost
     of drafting and verifying K) if that beats standard generation (1/S, by MARGIN), else 0; but for a
     probe, due after `probe_every` standard segments."""
     cap = before.k_max if limit is None else max(0, min(before.k_max, limit))
-    if cap == 0 or before.standard_seconds_per_token is None:
+    if cap == 0 or before.cost.standard_seconds_per_token is None:
         return 0
     best = max(range(1, cap + 1), key=before.speculative_rate)
-    pays = before.speculative_rate(best) * before.standard_seconds_per_token > MARGIN
+    pays = before.speculative_rate(best) * before.cost.standard_seconds_per_token > MARGIN
     probe = before.standard_streak >= before.probe_every
     return best if pays or probe else 0
 
@@ -260,18 +261,18 @@ async def test_draft_length_falls_to_zero_when_requests_are_serialised(tmp_path,
     and once the verifications it measured cost more than the tokens they could gain even with every
     draft accepted, it chose 0 (but for its probes) and sends the next answer standard throughout."""
     decisions: list[Decision] = []
-    controllers: list[DraftLengthController] = []
-    real_choose = DraftLengthController.choose
+    controllers: list[Adaptive] = []
+    real_choose = Adaptive.choose
 
-    def choose(self: DraftLengthController, limit: int | None = None) -> int:
-        assert not self.free  # a draft model is no free drafter
+    def choose(self: Adaptive, limit: int | None = None) -> int:
+        assert not isinstance(self, FreeDrafts)  # a draft model is no free drafter
         before = copy.deepcopy(self)
         k = real_choose(self, limit)
         decisions.append(Decision(k, limit, before))
         controllers.append(self)
         return k
 
-    monkeypatch.setattr(DraftLengthController, "choose", choose)
+    monkeypatch.setattr(Adaptive, "choose", choose)
     with EmbeddedServer(log_path=tmp_path / "serial.log", batch=False) as serial:
         result = await answer(serial.url, "qwen2.5-coder:0.5b", SMALL,
                               GenerationRequest(prompt=EQUALITY_PROMPTS[20]["prompt"], max_tokens=160))
@@ -281,14 +282,14 @@ async def test_draft_length_falls_to_zero_when_requests_are_serialised(tmp_path,
     assert [d.k for d in decisions] == [cost_model_choice(d.before, d.limit) for d in decisions]
 
     controller = controllers[-1]
-    assert controller.verify_seconds and controller.standard_seconds_per_token
-    standard = controller.standard_seconds_per_token
+    assert controller.cost.verify_seconds and controller.cost.standard_seconds_per_token
+    standard = controller.cost.standard_seconds_per_token
     verifications = ", ".join(f"{k}: {seconds * 1e3:.0f} ms (K+1 standard tokens: {(k + 1) * standard * 1e3:.0f} ms)"
-                              for k, seconds in sorted(controller.verify_seconds.items()))
+                              for k, seconds in sorted(controller.cost.verify_seconds.items()))
     print(f"a standard token {standard * 1e3:.0f} ms; verifying K: {verifications}; K: {[d.k for d in decisions]}")
     # Where what it had measured says no K can pay (K+1 tokens a round not worth a round's cost): 0,
     # but for a probe.
-    unpaying = [d for d in decisions if d.before.verify_seconds and not d.before.can_pay()]
+    unpaying = [d for d in decisions if d.before.cost.verify_seconds and not d.before.can_pay()]
     assert all(d.k == 0 or d.before.standard_streak >= d.before.probe_every for d in unpaying)
     if not controller.can_pay():
         assert copy.deepcopy(controller).skips()  # the next answer goes standard from start to end
@@ -346,36 +347,35 @@ async def test_the_first_token_is_not_kept_waiting_for_a_draft(server_url):
     # It ends where the list it copies begins: prompt lookup has a draft from the very start.
     copy = (f"<|im_start|>user\nCopy this list exactly:\n{listing}<|im_end|>\n<|im_start|>assistant\n"
             "- item 0: the red box\n- item 1: the green box\n- item 2: the blue box\n- item 3: the")
-    request = GenerationRequest(prompt=copy, raw=True, max_tokens=24)
-    await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)  # the controller learns the standard speed
-    chosen = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)
+    request, memory = GenerationRequest(prompt=copy, raw=True, max_tokens=24), EngineMemory()
+    await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request, memory)  # the standard speed is learned
+    chosen = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request, memory)
     first = chosen["stats"]["rounds"][0]
     assert first["k"] == 0 and chosen["pieces"][0][1] == "standard", chosen["stats"]["rounds"]
     assert chosen["stats"]["accepted_tokens"] > 0  # and the drafts that follow are verified
     fixed = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", GenerationRequest(prompt=copy, raw=True,
-                                                                                        max_tokens=24, k=4))
+                                                                                        max_tokens=24, k=4), memory)
     assert fixed["stats"]["rounds"][0]["k"] == 4 and fixed["pieces"][0][1] != "standard"
 
 
 async def test_an_answer_whose_loss_budget_is_spent_verifies_nothing(server_url, monkeypatch):
-    """The loss budget (AnswerState.affordable) is what lets a draft be verified at all: with none, and
+    """The loss budget (LossBudget.affordable) is what lets a draft be verified at all: with none, and
     no draft sure enough to go past it (SURE), a prompt whose every draft would pay is answered
     standard throughout, word for word the same. Every draft pays (so that only the budget decides:
     on a busy CI machine a slow verification once kept even the copying answer standard)."""
-    import utils.engine.progress as progress
-
-    monkeypatch.setattr(DraftLengthController, "cut", lambda self, confidence, *args, **kwargs: len(confidence))
-    monkeypatch.setattr(DraftLengthController, "can_pay", lambda self, *args, **kwargs: True)
+    import utils.engine.budget as budget
+    monkeypatch.setattr(FreeDrafts, "cut", lambda self, confidence, *args, **kwargs: len(confidence))
+    monkeypatch.setattr(FreeDrafts, "can_pay", lambda self, *args, **kwargs: True)
     listing = "\n".join(f"- item {i}: the {colour} box" for i, colour in enumerate(["red", "green", "blue"] * 4))
     copy = f"<|im_start|>user\nCopy this list exactly:\n{listing}<|im_end|>\n<|im_start|>assistant\n"
-    request = GenerationRequest(prompt=copy, raw=True, max_tokens=48)
-    first = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)  # the standard speed is learned
-    budgeted = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)
+    request, memory = GenerationRequest(prompt=copy, raw=True, max_tokens=48), EngineMemory()
+    first = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request, memory)  # the standard speed is learned
+    budgeted = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request, memory)
     assert budgeted["stats"]["accepted_tokens"] > 0, budgeted["stats"]["rounds"]
-    monkeypatch.setattr(progress, "LOSS_BUDGET", 0.0)
-    monkeypatch.setattr(progress, "FREE_MISSES", 0)
-    monkeypatch.setattr(progress, "SURE", 2.0)
-    spent = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request)
+    monkeypatch.setattr(budget, "LOSS_BUDGET", 0.0)
+    monkeypatch.setattr(budget, "FREE_MISSES", 0)
+    monkeypatch.setattr(budget, "SURE", 2.0)
+    spent = await answer(server_url, "qwen2.5-coder:0.5b", "lookup", request, memory)
     assert spent["stats"]["drafts"] == 0 and all(r["k"] == 0 for r in spent["stats"]["rounds"]), spent["stats"]
     assert spent["text"] == budgeted["text"] == first["text"]
 

@@ -6,6 +6,7 @@ from config import Settings
 from utils.engine.answer import collect
 from utils.engine.client import OllamaClient
 from utils.engine.decoder import build_decoder
+from utils.engine.memory import EngineMemory
 from utils.engine.request import GenerationRequest
 
 
@@ -14,10 +15,12 @@ def settings(**update) -> Settings:
     return Settings(**{"k_max": 8, "p_min": 0.2, "draft_timeout": 60, "verify_timeout": 120, **update})
 
 
-async def answer(server_url: str, target: str, drafter: str, request: GenerationRequest, **update) -> dict:
+async def answer(server_url: str, target: str, drafter: str, request: GenerationRequest,
+                 memory: EngineMemory | None = None, **update) -> dict:
+    """One answer's text, pieces and statistics; answers given the same `memory` learn from each other."""
     server = OllamaClient(server_url)
     try:
-        decoder = await build_decoder(settings(**update).engine, server, target, drafter)
+        decoder = await build_decoder(settings(**update).engine, server, target, drafter, memory=memory)
         return await collect(decoder, request)
     finally:
         await server.aclose()

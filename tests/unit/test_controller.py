@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from utils.engine.budget import LossBudget
+from utils.engine.calibration import Calibration
 from utils.engine.controller import (
     MAX_PROBE_EVERY,
     MAX_RETRY_ANSWERS,
@@ -12,28 +14,32 @@ from utils.engine.controller import (
     RETRY_ANSWERS,
     SEGMENT_TOKENS,
     SKIP_AFTER,
+    Adaptive,
     DraftLengthController,
-    controller_for,
+    FixedK,
+    FreeDrafts,
+    new_controller,
 )
+from utils.engine.memory import EngineMemory
 
 STANDARD = 0.05  # seconds per standard token in these tests
 
 
-def measured(k_max: int = 4, **kwargs) -> DraftLengthController:
-    controller = DraftLengthController(k_max=k_max, **kwargs)
+def measured(k_max: int = 4, fixed_k: int | None = None, free: bool = False) -> DraftLengthController:
+    controller = new_controller(k_max, fixed_k, free)
     controller.record_standard(tokens=17, seconds=16 * STANDARD)  # 16 steps of 50 ms
     return controller
 
 
 def test_standard_first_until_its_speed_is_known() -> None:
-    controller = DraftLengthController(k_max=4)
-    assert controller.acceptance == [0.6] * 4  # the prior
+    controller = Adaptive(k_max=4)
+    assert controller.calibration.acceptance == [0.6] * 4  # the prior
     assert controller.choose() == 0
     controller.record_standard(tokens=1, seconds=0.3)  # one token: no step between tokens to time
-    assert controller.standard_seconds_per_token is None and controller.standard_streak == 1
+    assert controller.cost.standard_seconds_per_token is None and controller.standard_streak == 1
     assert controller.choose() == 0
     controller.record_standard(tokens=17, seconds=0.8)
-    assert controller.standard_seconds_per_token == pytest.approx(STANDARD)
+    assert controller.cost.standard_seconds_per_token == pytest.approx(STANDARD)
     assert controller.choose() > 0
 
 
@@ -49,15 +55,15 @@ def test_the_prior_tries_speculation_with_the_best_expected_rate() -> None:
 def test_high_acceptance_and_cheap_verification_choose_the_longest_draft() -> None:
     controller = measured()
     controller.record_round(k=4, drafted=4, accepted=4, draft_seconds=0.004, verify_seconds=0.06)
-    assert controller.acceptance == pytest.approx([0.68] * 4)  # 0.8 * 0.6 + 0.2 * 1
-    assert controller.draft_seconds_per_token == pytest.approx(0.001)
-    assert controller.verify_seconds == {4: 0.06}
+    assert controller.calibration.acceptance == pytest.approx([0.68] * 4)  # 0.8 * 0.6 + 0.2 * 1
+    assert controller.cost.draft_seconds_per_token == pytest.approx(0.001)
+    assert controller.cost.verify_seconds == {4: 0.06}
     assert controller.probe_every == PROBE_EVERY
     # K = 4: E = 1 + .68 + .68^2 + .68^3 + .68^4 tokens in 0.06 + 4 * 0.001 seconds.
-    assert controller.expected_tokens(4) == pytest.approx(2.67064576)
-    assert controller.round_seconds(4) == pytest.approx(0.064)
+    assert controller.calibration.expected_tokens(4) == pytest.approx(2.67064576)
+    assert controller.cost.round_seconds(4) == pytest.approx(0.064)
     # K = 2: on the line from a standard token's time (0.05) at K = 0 to 0.06 at K = 4, and drafting.
-    assert controller.round_seconds(2) == pytest.approx(0.055 + 0.002)
+    assert controller.cost.round_seconds(2) == pytest.approx(0.055 + 0.002)
     assert controller.choose() == 4
 
 
@@ -70,19 +76,19 @@ def test_limit_caps_the_choice(limit: int | None, k: int) -> None:
 
 @pytest.mark.parametrize(("limit", "k"), [(None, 3), (2, 2), (0, 0)])
 def test_fixed_k_is_used_from_the_start_within_the_limit(limit: int | None, k: int) -> None:
-    controller = DraftLengthController(k_max=8, fixed_k=3)
+    controller = FixedK(k_max=8, k=3)
     assert controller.choose(limit) == k
 
 
 def test_fixed_k_above_k_max_is_capped() -> None:
-    assert DraftLengthController(k_max=2, fixed_k=5).choose() == 2
+    assert FixedK(k_max=2, k=5).choose() == 2
 
 
 def test_falls_to_zero_and_backs_off_when_speculation_does_not_pay() -> None:
     controller = measured(k_max=2)
     # A slow verification that accepted nothing: 1 token in 0.4 s against 20 tokens/s standard.
     controller.record_round(k=2, drafted=2, accepted=0, draft_seconds=0.1, verify_seconds=0.3)
-    assert controller.acceptance == pytest.approx([0.48, 0.6])  # position 1 was never reached
+    assert controller.calibration.acceptance == pytest.approx([0.48, 0.6])  # position 1 was never reached
     assert controller.probe_every == 2 * PROBE_EVERY
     assert controller.segment_tokens() == 2 * SEGMENT_TOKENS
     assert controller.choose() == 0
@@ -116,49 +122,51 @@ def test_a_short_draft_counts_against_the_next_position() -> None:
     controller = measured()
     controller.record_round(k=4, drafted=2, accepted=2, draft_seconds=0.002, verify_seconds=0.05)
     # Positions 0 and 1 accepted; the drafter stopped before position 2, which learns a miss.
-    assert controller.acceptance == pytest.approx([0.68, 0.68, 0.48, 0.6])
-    assert controller.verify_seconds == {2: 0.05}
+    assert controller.calibration.acceptance == pytest.approx([0.68, 0.68, 0.48, 0.6])
+    assert controller.cost.verify_seconds == {2: 0.05}
 
 
 def test_measurements_are_running_averages() -> None:
     controller = measured()
     controller.record_standard(tokens=11, seconds=10 * 0.1)
-    assert controller.standard_seconds_per_token == pytest.approx(0.8 * 0.05 + 0.2 * 0.1)
+    assert controller.cost.standard_seconds_per_token == pytest.approx(0.8 * 0.05 + 0.2 * 0.1)
     controller.record_round(k=2, drafted=2, accepted=1, draft_seconds=0.02, verify_seconds=0.1)
     controller.record_round(k=2, drafted=2, accepted=1, draft_seconds=0.04, verify_seconds=0.2)
-    assert controller.draft_seconds_per_token == pytest.approx(0.8 * 0.01 + 0.2 * 0.02)
-    assert controller.verify_seconds[2] == pytest.approx(0.8 * 0.1 + 0.2 * 0.2)
+    assert controller.cost.draft_seconds_per_token == pytest.approx(0.8 * 0.01 + 0.2 * 0.02)
+    assert controller.cost.verify_seconds[2] == pytest.approx(0.8 * 0.1 + 0.2 * 0.2)
     # Position 0 accepted twice, position 1 missed twice, positions 2.. never reached.
-    assert controller.acceptance == pytest.approx([0.744, 0.384, 0.6, 0.6])
+    assert controller.calibration.acceptance == pytest.approx([0.744, 0.384, 0.6, 0.6])
 
 
 def test_expected_tokens() -> None:
-    controller = DraftLengthController(k_max=3, acceptance=[0.5, 0.5, 0.5])
-    assert [controller.expected_tokens(k) for k in range(4)] == [1.0, 1.5, 1.75, 1.875]
+    calibration = Calibration(3, acceptance=[0.5, 0.5, 0.5])
+    assert [calibration.expected_tokens(k) for k in range(4)] == [1.0, 1.5, 1.75, 1.875]
 
 
 def test_the_verification_prior_before_anything_is_measured() -> None:
-    assert DraftLengthController(k_max=4).round_seconds(2) == pytest.approx(0.05 * 1.3)
+    assert Adaptive(k_max=4).cost.round_seconds(2) == pytest.approx(0.05 * 1.3)
 
 
-def test_one_controller_per_key_for_the_life_of_the_process() -> None:
+def test_one_controller_per_key_in_a_memory() -> None:
     key = ("unit-test-server", "target", "drafter", "greedy")
-    first = controller_for(key, 8, None)
-    assert controller_for(key, 8, None) is first
-    assert controller_for(key, 8, 3) is not first
-    assert controller_for(key, 4, None) is not first
+    memory = EngineMemory()
+    first = memory.controller(key, 8, None, free=False)
+    assert memory.controller(key, 8, None, free=False) is first and isinstance(first, Adaptive)
+    assert isinstance(memory.controller(key, 8, 3, free=False), FixedK)
+    assert memory.controller(key, 4, None, free=False) is not first
+    assert EngineMemory().controller(key, 8, None, free=False) is not first  # another owner's memory
 
 
 def test_a_draft_after_a_standard_segment_is_charged_its_catch_up_apart() -> None:
     """After 64 standard tokens the draft model first reads them: that prefill is learned per unseen
     token and not charged to drafting, so the probe is judged by what a run of rounds costs."""
-    controller = DraftLengthController(k_max=4)
+    controller = Adaptive(k_max=4)
     controller.record_standard(17, 16 * 0.05)  # 50 ms a standard token
     controller.record_round(4, 4, 4, draft_seconds=0.02, verify_seconds=0.06, unseen=2)  # 5 ms a draft token
-    assert controller.draft_seconds_per_token == pytest.approx(0.005)
+    assert controller.cost.draft_seconds_per_token == pytest.approx(0.005)
     controller.record_round(4, 4, 4, draft_seconds=0.02 + 64 * 0.002, verify_seconds=0.06, unseen=64)
-    assert controller.catch_up_seconds_per_token == pytest.approx(0.002)
-    assert controller.draft_seconds_per_token == pytest.approx(0.005)  # unchanged by the prefill
+    assert controller.cost.catch_up_seconds_per_token == pytest.approx(0.002)
+    assert controller.cost.draft_seconds_per_token == pytest.approx(0.005)  # unchanged by the prefill
     assert controller.probe_every == PROBE_EVERY  # 5 tokens in 80 ms beat 50 ms a token: it paid
 
 
@@ -174,7 +182,7 @@ def test_a_server_that_verifies_one_request_at_a_time_is_skipped_with_rarer_and_
     for _ in range(RETRY_ANSWERS * (1 + 2 + 4 + 8 + 8 + 8)):
         skip = controller.start_answer()
         decisions.append(skip)
-        if not skip and not controller.verify_seconds:  # the retry measures again, and finds the same
+        if not skip and not controller.cost.verify_seconds:  # the retry measures again, and finds the same
             assert controller.can_pay()
             controller.record_verification(4, 5.5 * STANDARD)
     retries = [index + 1 for index, skip in enumerate(decisions) if not skip]
@@ -186,7 +194,7 @@ def test_a_retry_that_pays_brings_the_retries_back_to_their_first_rate() -> None
     controller = measured()
     controller.record_verification(4, 5.5 * STANDARD)
     for _ in range(RETRY_ANSWERS + 2 * RETRY_ANSWERS):  # two retries that did not pay
-        if not controller.start_answer() and not controller.verify_seconds:
+        if not controller.start_answer() and not controller.cost.verify_seconds:
             controller.record_verification(4, 5.5 * STANDARD)
     assert controller.retry_every == 4 * RETRY_ANSWERS
     while controller.start_answer():
@@ -215,7 +223,7 @@ def test_probes_that_draft_and_do_not_pay_lead_to_skipping_and_empty_drafts_do_n
 
 
 def test_an_empty_draft_is_a_probe_that_did_not_pay():
-    controller = DraftLengthController(k_max=4)
+    controller = Adaptive(k_max=4)
     controller.record_standard(tokens=17, seconds=16 * 0.05)  # 50 ms a standard token
     # Prompt lookup found nothing: no time spent, nothing verified. It must not look like a win.
     controller.record_round(k=4, drafted=0, accepted=0, draft_seconds=0.0001, verify_seconds=0.0)
@@ -243,14 +251,14 @@ def test_what_a_confidence_is_worth_is_learned_from_the_verifications() -> None:
     # Verifying 8 pieces costs 8 standard tokens here; two survived, the third did not.
     controller.record_round(8, 8, 2, 0.0, 0.4, confidence=[0.99] * 8)
     # Bin 0.9-1.0 blended three times: 0.95 -> 0.96 (kept) -> 0.968 (kept) -> 0.7744 (rejected).
-    assert controller.by_confidence[9] == pytest.approx(0.7744)
-    assert controller.by_confidence[:9] == pytest.approx([(b + 0.5) / 10 for b in range(9)])  # untouched
+    assert controller.calibration.by_confidence[9] == pytest.approx(0.7744)
+    assert controller.calibration.by_confidence[:9] == pytest.approx([(b + 0.5) / 10 for b in range(9)])  # untouched
     assert controller.cut([0.99] * 8) == 0  # no longer worth verifying on this server
 
 
 def test_a_draft_is_verified_whole_with_a_fixed_k_or_before_standard_speed_is_known() -> None:
-    assert DraftLengthController(k_max=8, fixed_k=4).cut([0.01] * 4) == 4
-    assert DraftLengthController(k_max=8).cut([0.01] * 4) == 4  # the standard speed is not known yet
+    assert FixedK(k_max=8, k=4).cut([0.01] * 4) == 4
+    assert Adaptive(k_max=8).cut([0.01] * 4) == 4  # the standard speed is not known yet
 
 
 def test_a_free_drafter_is_asked_for_the_longest_draft_where_no_k_pays() -> None:
@@ -258,7 +266,7 @@ def test_a_free_drafter_is_asked_for_the_longest_draft_where_no_k_pays() -> None
     for each in (controller, free):
         each.record_verification(8, 1.0)  # 20 standard tokens' time: nothing pays
     assert controller.choose(6) == 0 and free.choose(6) == 6
-    assert DraftLengthController(k_max=8, free=True).choose() == 0  # the standard speed comes first
+    assert FreeDrafts(k_max=8).choose() == 0  # the standard speed comes first
 
 
 def test_a_free_drafter_never_probes_and_skips_answers_only_where_no_verification_can_pay() -> None:
@@ -268,7 +276,7 @@ def test_a_free_drafter_never_probes_and_skips_answers_only_where_no_verificatio
         controller.record_round(k=8, drafted=4, accepted=0, draft_seconds=0.0, verify_seconds=0.2)
     assert not controller.probing() and not controller.skips()  # drafts that missed: `cut` learns them
     controller.record_verification(8, 1.0)  # but once no K could pay even if all were accepted ...
-    controller.verify_seconds.pop(4)
+    controller.cost.verify_seconds.pop(4)
     assert not controller.can_pay() and controller.skips()  # ... whole answers go standard
 
 
@@ -276,54 +284,54 @@ def test_the_cost_of_a_verification_is_interpolated_between_the_lengths_measured
     controller = measured(k_max=8)  # a standard token: 0.05 s
     controller.record_verification(8, 0.21)
     # Measured at K = 8 alone: on the line from K = 0 (a standard token), 0.02 s a piece.
-    assert [controller.verify_cost(k) for k in (1, 2, 8)] == pytest.approx([0.07, 0.09, 0.21])
+    assert [controller.cost.verify_cost(k) for k in (1, 2, 8)] == pytest.approx([0.07, 0.09, 0.21])
     controller.record_verification(2, 0.08)
-    assert [controller.verify_cost(k) for k in (1, 2, 5)] == pytest.approx([0.065, 0.08, 0.145])
+    assert [controller.cost.verify_cost(k) for k in (1, 2, 5)] == pytest.approx([0.065, 0.08, 0.145])
     # Past the longest measured, the last two lengths' slope; never less than the longest's cost.
-    assert controller.verify_cost(10) == pytest.approx(0.21 + 2 * 0.13 / 6)
+    assert controller.cost.verify_cost(10) == pytest.approx(0.21 + 2 * 0.13 / 6)
     controller.record_verification(4, 0.2)  # noise: a longer verification measured cheaper
-    controller.verify_seconds[8] = 0.15
-    assert controller.verify_cost(10) == pytest.approx(0.15)
+    controller.cost.verify_seconds[8] = 0.15
+    assert controller.cost.verify_cost(10) == pytest.approx(0.15)
 
 
 def test_a_draft_that_was_not_verified_teaches_only_the_positions_the_target_decided() -> None:
     controller = measured(k_max=8)
     # Three pieces at 0.95: the target then wrote the first two and contradicted the third.
-    controller.observe_confidence([0.95, 0.95, 0.95, 0.35], accepted=2, decided=3)
-    assert controller.by_confidence[9] == pytest.approx(0.7744)  # kept, kept, rejected (as above)
-    assert controller.by_confidence[3] == pytest.approx(0.35)  # the fourth was never reached
-    controller.observe_confidence([0.35], accepted=0, decided=0)  # the target has not got that far
-    assert controller.by_confidence[3] == pytest.approx(0.35)
+    controller.calibration.observe_confidence([0.95, 0.95, 0.95, 0.35], accepted=2, decided=3)
+    assert controller.calibration.by_confidence[9] == pytest.approx(0.7744)  # kept, kept, rejected (as above)
+    assert controller.calibration.by_confidence[3] == pytest.approx(0.35)  # the fourth was never reached
+    controller.calibration.observe_confidence([0.35], accepted=0, decided=0)  # the target has not got that far
+    assert controller.calibration.by_confidence[3] == pytest.approx(0.35)
 
 
 def test_the_closed_streams_token_is_charged_once_when_a_segment_is_left_not_every_round() -> None:
     # As measured on this CPU (in units of a 50 ms standard token): a burst of 8 costs 3.2 tokens
     # alone; right after a standard segment the round also waits about one token more.
     controller = measured(k_max=8, free=True)
-    controller.record_round(8, 8, 8, 0.0, 4.2 * STANDARD, after_segment=True)
-    assert controller.verify_seconds[8] == pytest.approx(3.2 * STANDARD)  # what a round in a run costs
+    controller.record_round(8, 8, 8, 0.0, 4.2 * STANDARD, waited_for_closed_token=True)
+    assert controller.cost.verify_seconds[8] == pytest.approx(3.2 * STANDARD)  # what a round in a run costs
     controller.record_round(8, 8, 8, 0.0, 3.2 * STANDARD)
-    assert controller.verify_seconds[8] == pytest.approx(3.2 * STANDARD)
+    assert controller.cost.verify_seconds[8] == pytest.approx(3.2 * STANDARD)
     # Eight pieces each surviving as 0.75 did: 3.7 tokens. In a run of rounds, 3.7 for 3.2 pays; to
     # leave a standard segment, 3.7 for 4.2 does not, while a draft twice as sure still does.
     sure, surer = [0.75] * 8, [0.95] * 8
-    controller.by_confidence[7], controller.by_confidence[9] = 0.75, 0.95
+    controller.calibration.by_confidence[7], controller.calibration.by_confidence[9] = 0.75, 0.95
     assert controller.cut(sure) > 0
-    assert controller.cut(sure, leaving_segment=True) == 0
-    assert controller.cut(surer, leaving_segment=True) == 8
+    assert controller.cut(sure, waits_for_closed_token=True) == 0
+    assert controller.cut(surer, waits_for_closed_token=True) == 8
 
 
 def test_a_run_of_rounds_measures_a_verification_and_estimates_after_segments_no_longer_move_it() -> None:
     # A one-slot server under load (units of a standard token): a K = 4 burst right after a segment
     # took 4.4 (estimated 3.4 in a run), in a run it took 5.2, and later after a segment 4.4 again.
     controller = measured(k_max=8, free=True)
-    controller.record_round(8, 4, 4, 0.0, 4.4 * STANDARD, after_segment=True)
-    assert controller.verify_seconds[4] == pytest.approx(3.4 * STANDARD)
+    controller.record_round(8, 4, 4, 0.0, 4.4 * STANDARD, waited_for_closed_token=True)
+    assert controller.cost.verify_seconds[4] == pytest.approx(3.4 * STANDARD)
     controller.record_round(8, 4, 4, 0.0, 5.2 * STANDARD)
-    assert controller.verify_seconds[4] == pytest.approx(5.2 * STANDARD)  # measured: the estimate goes
-    controller.record_round(8, 4, 4, 0.0, 4.4 * STANDARD, after_segment=True)
-    controller.record_round(8, 8, 0, 0.0, 9.0 * STANDARD, after_segment=True)  # K = 8: an estimate still
-    assert controller.verify_seconds == pytest.approx({4: 5.2 * STANDARD, 8: 8.0 * STANDARD})
+    assert controller.cost.verify_seconds[4] == pytest.approx(5.2 * STANDARD)  # measured: the estimate goes
+    controller.record_round(8, 4, 4, 0.0, 4.4 * STANDARD, waited_for_closed_token=True)
+    controller.record_round(8, 8, 0, 0.0, 9.0 * STANDARD, waited_for_closed_token=True)  # K = 8: an estimate still
+    assert controller.cost.verify_seconds == pytest.approx({4: 5.2 * STANDARD, 8: 8.0 * STANDARD})
 
 
 def test_a_free_drafter_that_must_leave_a_segment_to_draft_skips_where_even_all_accepted_cannot_pay() -> None:
@@ -334,23 +342,17 @@ def test_a_free_drafter_that_must_leave_a_segment_to_draft_skips_where_even_all_
     one_slot.record_verification(4, 4.4 * STANDARD)
     batching.record_verification(8, 3.2 * STANDARD)
     assert one_slot.can_pay() and not one_slot.skips()  # in process (a drained stream): no wait
-    assert not one_slot.can_pay(leaving_segment=True) and one_slot.skips(leaving_segment=True)
-    assert one_slot.cut([0.95] * 4, leaving_segment=True) == 0
-    assert batching.can_pay(leaving_segment=True) and not batching.skips(leaving_segment=True)
+    assert not one_slot.can_pay(waits_for_closed_token=True) and one_slot.skips(waits_for_closed_token=True)
+    assert one_slot.cut([0.95] * 4, waits_for_closed_token=True) == 0
+    assert batching.can_pay(waits_for_closed_token=True) and not batching.skips(waits_for_closed_token=True)
 
 
 def test_an_answer_whose_drafts_miss_trusts_them_less_than_the_bins_do() -> None:
     """The bins learn from every answer; an answer's own misses scale its pieces' chances down
-    (AnswerState.trust), so a chat among edits stops verifying what other answers copied."""
-    from utils.engine.output import Output
-    from utils.engine.progress import AnswerState
-    from utils.engine.stats import AnswerStats
-
+    (LossBudget.trust), so a chat among edits stops verifying what other answers copied."""
     controller = measured(k_max=8)
     controller.record_verification(8, 0.2)  # as above: 50 ms + 18.75 ms a piece
-    answer = AnswerState(request=None, plan=None, prompt="", drafter=None, controller=controller,  # type: ignore[arg-type]
-                         stats=AnswerStats(mode="speculative", target="t"), output=Output([], 64),
-                         rng=None)  # type: ignore[arg-type]
+    answer = LossBudget(controller)
     sure = [0.95] * 8  # bin 0.9-1.0: 0.95 a piece, as nothing was verified yet
     assert answer.trust() == 1.0 and controller.cut(sure, trust=answer.trust()) == 7
     for _ in range(3):  # three drafts whose first piece, expected at 0.95, did not survive
@@ -368,8 +370,9 @@ def test_each_source_of_drafts_has_its_own_bins() -> None:
     controller.record_verification(8, 0.2)
     for _ in range(6):  # the shared tree's confident pieces keep failing at once
         controller.record_round(8, 8, 0, 0.0, 0.2, confidence=[0.95] * 8, source="shared")
-    assert controller.bins("shared")[9] < 0.3
-    assert controller.bins("answer")[9] == controller.by_confidence[9] == pytest.approx(0.95)
+    assert controller.calibration.bins("shared")[9] < 0.3
+    assert controller.calibration.bins("answer")[9] == controller.calibration.by_confidence[9] == pytest.approx(0.95)
     assert controller.cut([0.95] * 8, source="shared") == 0
     assert controller.cut([0.95] * 8, source="answer") == controller.cut([0.95] * 8) == 7
-    assert controller.predicted([0.95] * 2, 2, "shared") < controller.predicted([0.95] * 2, 2, "answer")
+    calibration = controller.calibration
+    assert calibration.predicted([0.95] * 2, 2, "shared") < calibration.predicted([0.95] * 2, 2, "answer")

@@ -1,28 +1,24 @@
-"""An answer's loss budget (AnswerState.affordable): what its verifications may lose against standard
+"""An answer's loss budget (budget.py LossBudget.affordable): what its verifications may lose against standard
 generation, so that drafts that keep missing cannot make one answer much slower than standard."""
 
 from __future__ import annotations
 
 import pytest
 
-from utils.engine.controller import DraftLengthController
+from utils.engine.budget import FREE_MISSES, LOSS_BUDGET, SURE, LossBudget
+from utils.engine.controller import Adaptive, DraftLengthController, FixedK
 from utils.engine.drafters import Draft
-from utils.engine.output import Output
-from utils.engine.progress import FREE_MISSES, LOSS_BUDGET, SURE, AnswerState
-from utils.engine.stats import AnswerStats
 
 STANDARD = 0.05  # seconds per standard token
 PIECE = 0.01875  # what each verified piece adds to a round: a K = 8 burst measured at 0.2 s
 
 
-def answer_with(controller: DraftLengthController) -> AnswerState:
-    return AnswerState(request=None, plan=None, prompt="", drafter=None, controller=controller,  # type: ignore[arg-type]
-                       stats=AnswerStats(mode="speculative", target="t"), output=Output([], 256),
-                       rng=None)  # type: ignore[arg-type]
+def answer_with(controller: DraftLengthController) -> LossBudget:
+    return LossBudget(controller)
 
 
-def measured(**kwargs) -> DraftLengthController:
-    controller = DraftLengthController(k_max=8, **kwargs)
+def measured(fixed_k: int | None = None) -> DraftLengthController:
+    controller = Adaptive(k_max=8) if fixed_k is None else FixedK(k_max=8, k=fixed_k)
     controller.record_standard(tokens=17, seconds=16 * STANDARD)
     controller.record_verification(8, 0.2)  # a round of K pieces: 50 ms + 18.75 ms a piece
     return controller
@@ -41,7 +37,7 @@ def test_the_budget_allows_only_what_could_all_miss_and_stay_within_it() -> None
     assert answer.affordable() == 6  # (0.0875 + 0.0375) / 0.01875 = 6.7 pieces may miss
     # Over HTTP a round after a standard segment also waits for the closed stream's token: one
     # standard token more, lost whatever the draft, and in what the free misses allow.
-    assert answer.affordable(leaving_segment=True) == 8
+    assert answer.affordable(waits_for_closed_token=True) == 8
 
 
 def test_the_budget_grows_with_the_answer() -> None:
@@ -54,7 +50,7 @@ def test_the_budget_grows_with_the_answer() -> None:
 
 
 def test_no_budget_before_the_standard_speed_is_known_nor_for_a_fixed_k() -> None:
-    unmeasured = answer_with(DraftLengthController(k_max=8))
+    unmeasured = answer_with(Adaptive(k_max=8))
     assert unmeasured.affordable() == 8
     unmeasured.settle(emitted=1, seconds=1.0)  # nothing to hold a round against yet
     assert unmeasured.gained == 0.0

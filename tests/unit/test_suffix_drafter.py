@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from utils.engine.drafters import Drafter, drafter_class, model_free_drafters
+from utils.engine.drafters import drafter_class, model_free_drafters
 from utils.engine.drafters.suffix import (
     MAX_DEPTH,
     MAX_SPEC_FACTOR,
@@ -12,18 +12,29 @@ from utils.engine.drafters.suffix import (
     SUFFIX,
     SuffixDrafter,
     SuffixTree,
-    clear_suffix_trees,
     speculate,
     suffix_store,
 )
+from utils.engine.memory import EngineMemory
 from utils.sampling import GREEDY
 
 # One piece per capital letter with its space: "A B C" is the pieces "A", " B", " C".
 WORDS = {"A", "P", "Z", *(f" {c}" for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ")}
 
 
+@pytest.fixture(autouse=True)
+def memory(monkeypatch: pytest.MonkeyPatch) -> EngineMemory:
+    """The memory the drafters of one test share (each test has its own)."""
+    fresh = EngineMemory()
+    monkeypatch.setitem(globals(), "MEMORY", fresh)
+    return fresh
+
+
+MEMORY = EngineMemory()
+
+
 def drafter(target: str = "t", vocabulary: set[str] = WORDS, **bounds) -> SuffixDrafter:
-    return SuffixDrafter(vocabulary, target, **bounds)
+    return SuffixDrafter(vocabulary, target, memory=MEMORY, **bounds)
 
 
 async def draft(suffix: SuffixDrafter, context: str, k: int = 8) -> list[str]:
@@ -157,7 +168,7 @@ async def test_the_oldest_answers_are_evicted_past_the_answer_bound() -> None:
 
 def test_the_node_bound_holds_however_many_answers_come() -> None:
     suffix = drafter(max_nodes=300, max_answers=1000)
-    store = suffix_store("t")
+    store = suffix_store(MEMORY, "t")
     letters = "BCDEFGHIJKLMNOPQRSTUVWXYZ"
     for n in range(200):  # 200 different answers of 12 pieces, 66 nodes or more each at depth 24
         answer = "".join(f" {letters[(n * 7 + i * (n % 5 + 1)) % 25]}" for i in range(12))
@@ -181,15 +192,13 @@ async def test_the_draft_is_cut_into_the_targets_pieces() -> None:
     assert await draft(suffix, "def foo(x é\n#\ndef foo(") == ["x", " "]  # a 3-piece match, stopped at "é"
 
 
-def test_clearing_forgets_every_target() -> None:
+def test_what_a_drafter_learned_stays_in_its_memory() -> None:
     suffix = drafter()
     suffix.finish("", " K L M")
-    clear_suffix_trees()
-    assert not suffix_store("t").answers and suffix_store("t") is not suffix.store
-
-
-def test_the_finish_hook_is_part_of_every_drafter() -> None:
-    assert Drafter.finish(Drafter(), "prompt", "output") is None
+    assert suffix_store(MEMORY, "t") is suffix.store and suffix.store.answers
+    other = SuffixDrafter(WORDS, "t", memory=EngineMemory())
+    assert other.store is not suffix.store and not other.store.answers
+    assert not SuffixDrafter(WORDS, "t").store.answers  # no memory given: one of its own
 
 
 async def test_each_piece_carries_its_count_ratio_weighed_by_its_match_length() -> None:

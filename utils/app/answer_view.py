@@ -16,7 +16,7 @@ from config import Settings
 from utils.app import clipboard
 from utils.app.charts import CHART_REFRESH_SECONDS, answer_figure, chart_key
 from utils.app.highlight import pieces_html
-from utils.app.runtime import context_full, failure_text, iterate, server
+from utils.app.runtime import context_full, engine_memory, failure_text, iterate, server
 from utils.app.sidebar import Choices
 from utils.app.speed import speedup_text
 from utils.app.store import stats_summary
@@ -83,7 +83,7 @@ async def answer_events(settings: Settings, client: OllamaClient, target: str, d
                         request: GenerationRequest) -> AsyncIterator[Event]:
     """The engine's events for one answer, on the shared client of the server: made in the server
     where it speculates in process (`cli.py serve`), else by the engine here (utils/engine/served.py)."""
-    decoder = await answer_decoder(settings.engine, client, target, drafter)
+    decoder = await answer_decoder(settings.engine, client, target, drafter, memory=engine_memory())
     async for event in decoder.stream(request):
         yield event
 

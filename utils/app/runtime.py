@@ -33,6 +33,7 @@ from utils.engine.client import (
     parse_version,
 )
 from utils.engine.events import GenerationError
+from utils.engine.memory import EngineMemory
 from utils.errors import SpecError
 from utils.hosts import HostError
 
@@ -116,6 +117,13 @@ async def _next(stream: AsyncIterator[T]) -> T:
 
 
 # -- the server ----------------------------------------------------------------------------------------
+
+
+@st.cache_resource(show_spinner=False)
+def engine_memory() -> EngineMemory:
+    """What the app's answers learn for the next ones (the engine here: utils/engine/memory.py), one
+    for the app's process, as its event loop."""
+    return EngineMemory()
 
 
 @st.cache_resource(show_spinner=False)

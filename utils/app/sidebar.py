@@ -9,7 +9,7 @@ import streamlit as st
 
 from config import Settings
 from utils.app.preferences import Preferences
-from utils.app.runtime import ServerInfo, app_server, explain, run, server, server_info, store
+from utils.app.runtime import ServerInfo, app_server, engine_memory, explain, run, server, server_info, store
 from utils.bench.advisor import check_parallel
 from utils.engine.client import LOGPROBS_SINCE, ServerError
 from utils.engine.config import EngineConfig
@@ -104,7 +104,7 @@ def standard_why(_settings: Settings, url: str, target: str, think: bool | None)
             info = await model_info(client, target, client.described)
             if why := standard_reason(info, None, think):
                 return why[1]
-            return await verification_gate(client, info, _settings.engine.context_options())
+            return await verification_gate(client, info, _settings.engine.context_options(), engine_memory())
         except ServerError:
             return None  # the answer itself reports what failed
 

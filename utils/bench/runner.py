@@ -42,6 +42,7 @@ from utils.engine.client import OllamaClient
 from utils.engine.decoder import SpeculativeDecoder, build_decoder
 from utils.engine.drafters import NONE as STANDARD
 from utils.engine.drafters import model_free_drafters
+from utils.engine.memory import EngineMemory
 from utils.engine.request import GenerationRequest
 from utils.hosts import servers
 from utils.sampling import SamplingOptions
@@ -226,9 +227,9 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     try:
         for engine, drafter, k in config.configurations():  # load every model before anything is timed
             if engine == PROJECT and (drafter, ceiling(k)) not in decoders:
-                # Each configuration learns from its own answers only (a suffix tree is shared per scope).
+                # Each configuration learns from its own answers only: a memory of its own.
                 decoder = await build_decoder(settings.engine.replace(k_max=ceiling(k)), target, config.target,
-                                              drafter, scope=f"bench {drafter} {ceiling(k)}")
+                                              drafter, memory=EngineMemory())
                 decoders[drafter, ceiling(k)] = decoder
                 await collect(decoder, GenerationRequest(prompt="Hello", max_tokens=4, k=2))
         if config.native:

@@ -14,6 +14,7 @@ from typing import Any
 
 from utils.engine.client import LOGPROBS_SINCE
 from utils.engine.controller import MAX_RETRY_ANSWERS, RETRY_ANSWERS
+from utils.engine.memory import EngineMemory
 from utils.engine.model_info import ModelInfo
 from utils.engine.stats import Method
 from utils.engine.target import ServerError, Target
@@ -37,7 +38,6 @@ NO_GAIN_REASON = ("speculation has not paid on this server lately (the drafts we
 # (server/sched.go, ollama#4165): a verification's K+1 requests queue, and cannot pay.
 ONE_SLOT_FAMILIES = {"mllama", "qwen3vl", "qwen3vlmoe", "qwen35", "qwen35moe", "qwen3next", "lfm2", "lfm2moe",
                      "nemotron_h", "nemotron_h_moe", "nemotron_h_omni"}
-_gates: dict[tuple[str, str], str | None] = {}  # (server, model) -> why verification cannot work there
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,15 @@ def standard_reason(info: ModelInfo, request_format: Any, think: bool | str | No
     return None
 
 
-async def verification_gate(server: Target, info: ModelInfo, options: dict[str, Any]) -> str | None:
-    """Why drafts cannot be verified on this (server, model), or None: probed once with one raw
-    one-token request (the client's options, so no reload): it must return its token with logprobs.
-    The reason names the server's version and the fix."""
+async def verification_gate(server: Target, info: ModelInfo, options: dict[str, Any],
+                            memory: EngineMemory | None = None) -> str | None:
+    """Why drafts cannot be verified on this (server, model), or None: probed once per `memory` with one
+    raw one-token request (the client's options, so no reload): it must return its token with
+    logprobs. The reason names the server's version and the fix."""
+    gates = memory.gates if memory is not None else {}
     key = (server.url, info.name)
-    if key in _gates:
-        return _gates[key]
+    if key in gates:
+        return gates[key]
     version = await server.version()
     named = f"Ollama {'.'.join(map(str, version))} at {server.url}"
     embedded = await server.is_embedded()
@@ -103,10 +105,5 @@ async def verification_gate(server: Target, info: ModelInfo, options: dict[str, 
         if step.token is None and step.done_reason == "length":
             fix = "upgrade to Ollama 0.15.5 or newer" if version < ONE_TOKEN_SINCE else "report this server's version"
             reason = f"{named} answers a one-token request without its token and logprobs: {fix}"
-    _gates[key] = reason
+    gates[key] = reason
     return reason
-
-
-def clear_gates() -> None:
-    """Forget every probe (tests; a server upgraded in place)."""
-    _gates.clear()

@@ -17,6 +17,7 @@ from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
 from utils.engine.decoder import build_decoder
 from utils.engine.events import Event, GenerationError, TextEvent, WireEvents
+from utils.engine.memory import EngineMemory
 from utils.engine.request import GenerationRequest
 from utils.engine.target import ServerError
 
@@ -52,9 +53,10 @@ class ServedDecoder:
 
 
 async def answer_decoder(config: EngineConfig, server: OllamaClient, target_model: str, drafter: str,
-                         draft_server: OllamaClient | None = None) -> Decoder:
+                         draft_server: OllamaClient | None = None, memory: EngineMemory | None = None) -> Decoder:
     """The decoder for one answer: in the server where it streams the engine's events and drafts
-    there too (no separate draft host), else the engine here (build_decoder)."""
+    there too (no separate draft host; the server keeps what it learns), else the engine here
+    (build_decoder), learning in `memory`."""
     if draft_server is None and (await server.about()).get("speculation_events"):
         return ServedDecoder(server, target_model, drafter, config)
-    return await build_decoder(config, server, target_model, drafter, draft_server)
+    return await build_decoder(config, server, target_model, drafter, draft_server, memory)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from utils.engine.memory import EngineMemory
 from utils.engine.target import Target
 
 
@@ -49,30 +50,24 @@ def vocabulary_from_show(show: dict[str, Any]) -> set[str]:
     return pieces
 
 
-_vocabularies: dict[tuple[str, str], tuple[str, set[str]]] = {}
-
-
-async def vocabulary(server: Target, model: str) -> tuple[str, set[str]]:
-    """(fingerprint of the tokenizer, the text of its tokens), cached per server and model."""
+async def vocabulary(server: Target, model: str, memory: EngineMemory | None = None) -> tuple[str, set[str]]:
+    """(fingerprint of the tokenizer, the text of its tokens), kept in `memory` per server and model."""
+    known = memory.vocabularies if memory is not None else {}
     key = (server.url, model)
-    if key not in _vocabularies:
+    if key not in known:
         show = await server.show(model, verbose=True)
         tokens = (show.get("model_info") or {}).get("tokenizer.ggml.tokens") or []
         fingerprint = hashlib.sha256("\x00".join(tokens).encode()).hexdigest() if tokens else ""
-        _vocabularies[key] = (fingerprint, vocabulary_from_show(show))
-    return _vocabularies[key]
+        known[key] = (fingerprint, vocabulary_from_show(show))
+    return known[key]
 
 
-def clear_vocabularies() -> None:
-    """Forgets the cached vocabularies, so the next look asks the server again."""
-    _vocabularies.clear()
-
-
-async def tokenizer_relation(target: Target, target_model: str, draft: Target, draft_model: str) -> str:
+async def tokenizer_relation(target: Target, target_model: str, draft: Target, draft_model: str,
+                             memory: EngineMemory | None = None) -> str:
     if draft.url == target.url and draft_model == target_model:
         return "unusable"
-    target_print, _ = await vocabulary(target, target_model)
-    draft_print, _ = await vocabulary(draft, draft_model)  # a missing draft raises its ServerError
+    target_print, _ = await vocabulary(target, target_model, memory)
+    draft_print, _ = await vocabulary(draft, draft_model, memory)  # a missing draft raises its ServerError
     if not target_print or not draft_print:
         return "cross"  # a server that does not list tokens: assume the worst that still works
     return "same" if target_print == draft_print else "cross"

@@ -22,6 +22,7 @@ from utils.engine.config import EngineConfig
 from utils.engine.decoder import SpeculativeDecoder, build_decoder
 from utils.engine.drafters import Drafter
 from utils.engine.events import GenerationError
+from utils.engine.memory import EngineMemory
 from utils.engine.planning import Plan
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats
@@ -84,6 +85,7 @@ class ProxyState:
         self.drop = frozenset({"authorization"}) if config.api_key else frozenset()
         # One drafter per (model, drafter choice, draft settings), built on first use.
         self._drafters: dict[tuple[str, str, float, int, int], Drafter | None] = {}
+        self.memory = EngineMemory()  # what the answers through this proxy learn, for the next ones
         self._lock = asyncio.Lock()
 
     async def planned(self, model: str, request: GenerationRequest) -> tuple[SpeculativeDecoder, Plan]:
@@ -91,7 +93,7 @@ class ProxyState:
         could be speculated at all: a thinking answer or a grammar never loads a draft model."""
         engine, drafter = self.config.engine, self.config.pairs[model]
         built = self._drafters.get(key := _key(model, drafter, engine))
-        decoder = SpeculativeDecoder(self.target, model, built, engine)
+        decoder = SpeculativeDecoder(self.target, model, built, engine, self.memory)
         answer_plan = await decoder.plan(request)
         if key in self._drafters or answer_plan.standard:
             return decoder, answer_plan
@@ -104,8 +106,9 @@ class ProxyState:
         key = _key(model, drafter, engine)
         async with self._lock:
             if key not in self._drafters:  # build_decoder answers Ollama's own 404 for an unknown model
-                self._drafters[key] = (await build_decoder(engine, self.target, model, drafter, self.draft)).drafter
-        return SpeculativeDecoder(self.target, model, self._drafters[key], engine)
+                built = await build_decoder(engine, self.target, model, drafter, self.draft, self.memory)
+                self._drafters[key] = built.drafter
+        return SpeculativeDecoder(self.target, model, self._drafters[key], engine, self.memory)
 
     def answered(self, job: Speculation, client: str, endpoint: str, stats: AnswerStats) -> None:
         """A speculated answer is complete: counted in the metrics, and its keep_alive passed on."""

@@ -33,10 +33,10 @@ import numpy as np
 from utils.embedded.runtime.batch import Batch
 from utils.embedded.runtime.bursts import gather
 from utils.embedded.runtime.cache import TokenCache, common_prefix
-from utils.embedded.runtime.context import fit_groups
 from utils.embedded.runtime.jobs import Completion, Job, RunnerError, token_info
 from utils.embedded.runtime.llama_params import Kernels, llama_defaults, token_piece, tokenizer
 from utils.embedded.runtime.slots import Answer, Slot, idle_slot, nested_groups, tokenize_group
+from utils.embedded.runtime.truncation import fit_groups
 from utils.sampling import sample
 
 TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from utils.engine.config import EngineConfig
+from utils.engine.memory import EngineMemory
 from utils.engine.target import Target
 from utils.sampling import SamplingOptions
 
@@ -63,10 +64,10 @@ class DraftSetup:
     target_model: str
     draft_server: Target  # where a draft model is served: the target's server unless told otherwise
     config: EngineConfig
-    # Drafters that learn from earlier answers (suffix) share what they learned per target and scope:
-    # "" for the whole process; a benchmark gives each configuration its own, so that one configuration
-    # does not draft from another's answer to the same prompt.
-    scope: str = ""
+    # What drafters learn from earlier answers (suffix) is kept in the decoder owner's memory: a
+    # benchmark gives each configuration its own, so that one configuration does not draft from
+    # another's answer to the same prompt.
+    memory: EngineMemory = field(default_factory=EngineMemory)
 
 
 class Drafter:

@@ -31,7 +31,7 @@ class PromptLookupDrafter(Drafter):
 
     @classmethod
     async def create(cls, choice: str, setup: DraftSetup) -> PromptLookupDrafter:
-        _, pieces = await vocabulary(setup.target, setup.target_model)
+        _, pieces = await vocabulary(setup.target, setup.target_model, setup.memory)
         return cls(pieces)
 
     @classmethod

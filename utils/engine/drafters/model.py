@@ -30,7 +30,7 @@ class ModelDrafter(Drafter):
 
     @classmethod
     async def create(cls, choice: str, setup: DraftSetup) -> ModelDrafter:
-        relation = await tokenizer_relation(setup.target, setup.target_model, setup.draft_server, choice)
+        relation = await tokenizer_relation(setup.target, setup.target_model, setup.draft_server, choice, setup.memory)
         if relation == "unusable":
             raise RequestRefused(f"'{choice}' cannot draft for '{setup.target_model}' on this server")
         config = setup.config

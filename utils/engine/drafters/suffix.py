@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from utils.engine.drafters.base import Draft, Drafter, DraftSetup
+from utils.engine.memory import EngineMemory
 from utils.engine.suffix_tree import (
     MAX_DEPTH,
     MAX_SPEC_FACTOR,
@@ -78,20 +79,13 @@ class _Store:
         self.version += 1
 
 
-_stores: dict[str, _Store] = {}
-
-
-def suffix_store(target: str, max_answers: int = MAX_ANSWERS, max_nodes: int = MAX_NODES,
+def suffix_store(memory: EngineMemory, target: str, max_answers: int = MAX_ANSWERS, max_nodes: int = MAX_NODES,
                  depth: int = MAX_DEPTH) -> _Store:
-    """The process's store for `target` (its server and model), made on first use."""
-    if target not in _stores:
-        _stores[target] = _Store(max_answers, max_nodes, depth)
-    return _stores[target]
-
-
-def clear_suffix_trees() -> None:
-    """Forgets every target's finished answers (the tests start each from nothing)."""
-    _stores.clear()
+    """`memory`'s store for `target` (its server and model), made on first use."""
+    stores: dict[str, _Store] = memory.suffix_stores
+    if target not in stores:
+        stores[target] = _Store(max_answers, max_nodes, depth)
+    return stores[target]
 
 
 @dataclass(eq=False)
@@ -127,12 +121,14 @@ class SuffixDrafter(Drafter):
     free = True
     description = "suffix decoding: this answer's and earlier answers' continuations, no model"
 
-    def __init__(self, vocabulary: set[str], target: str = "", *, depth: int = MAX_DEPTH,
+    def __init__(self, vocabulary: set[str], target: str = "", *, memory: EngineMemory | None = None,
+                 depth: int = MAX_DEPTH,
                  factor: float = MAX_SPEC_FACTOR, min_prob: float = MIN_TOKEN_PROB,
                  max_answers: int = MAX_ANSWERS, max_nodes: int = MAX_NODES):
         self.vocabulary = vocabulary
         self.depth, self.factor, self.min_prob = depth, factor, min_prob
-        self.store = suffix_store(target, max_answers, max_nodes, depth)  # the bounds of its first drafter
+        # Shared with the drafters of the same target and memory; the bounds of its first drafter.
+        self.store = suffix_store(memory or EngineMemory(), target, max_answers, max_nodes, depth)
         if self.store.vocabulary is not vocabulary:  # read once per target: 0.1 s for 150,000 pieces
             self.store.vocabulary, self.store.reach = vocabulary, {}
             self.store.ordered = sorted(vocabulary)
@@ -149,8 +145,8 @@ class SuffixDrafter(Drafter):
 
     @classmethod
     async def create(cls, choice: str, setup: DraftSetup) -> SuffixDrafter:
-        _, pieces = await vocabulary(setup.target, setup.target_model)
-        return cls(pieces, f"{setup.target.url} {setup.target_model}" + (f" ({setup.scope})" if setup.scope else ""))
+        _, pieces = await vocabulary(setup.target, setup.target_model, setup.memory)
+        return cls(pieces, f"{setup.target.url} {setup.target_model}", memory=setup.memory)
 
     async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
         if k <= 0:
