@@ -10,7 +10,7 @@ bash scripts/install_browser.sh  # Debian's chromium, for tests/e2e
 # Lint and type-check first (pyproject.toml); the tests run either way, so one run reports both.
 lint=0
 .venv/bin/ruff check . || lint=$?
-.venv/bin/mypy utils/engine utils/proxy || lint=$?
+.venv/bin/mypy utils || lint=$?
 .venv/bin/python -m pytest "$@" || exit $?
 if [ "$lint" -ne 0 ]; then
   echo "ruff or mypy found problems (above): failing although the tests passed" >&2
