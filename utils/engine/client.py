@@ -223,11 +223,12 @@ class OllamaClient:
                                   None, self.host)
             yield message["speculative_event"]
 
-    async def render_chat(self, model: str, messages: list[dict[str, str]], options: dict[str, Any],
-                          think: bool | str | None = None) -> str:
-        """The raw prompt the model's chat template makes of `messages` (Ollama 0.11.5 and newer), with
-        the client's own `options` (a num_ctx changes which history fits) and `think` (a thinking
-        template renders differently with thinking off); None leaves `think` out, as the client did."""
+    async def render_chat(self, model: str, messages: list[dict[str, Any]], options: dict[str, Any],
+                          think: bool | str | None = None, tools: list[dict[str, Any]] | None = None) -> str:
+        """The raw prompt the model's chat template makes of `messages` and `tools` (Ollama 0.11.5 and
+        newer), with the client's own `options` (a num_ctx changes which history fits) and `think` (a
+        thinking template renders differently with thinking off); None leaves `think` out, as the
+        client did."""
         version = await self.version()
         if version < RENDER_SINCE:
             raise RequestRefused(
@@ -236,7 +237,8 @@ class OllamaClient:
                 host=self.host,
             )
         body = {"model": model, "messages": messages, "stream": False, "_debug_render_only": True,
-                "options": options, **({"think": think} if think is not None else {})}
+                "options": options, **({"think": think} if think is not None else {}),
+                **({"tools": tools} if tools else {})}
         return (await self._request("POST", "/api/chat", body))["_debug_info"]["rendered_template"]
 
     def _generate_body(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int,

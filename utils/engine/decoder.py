@@ -56,7 +56,7 @@ class SpeculativeDecoder:
         if request.messages is None:
             messages = ([{"role": "system", "content": request.system}] if request.system else [])
             messages.append({"role": "user", "content": request.prompt})
-        return await self.target.render_chat(self.target_model, messages, request.options, think)
+        return await self.target.render_chat(self.target_model, messages, request.options, think, request.tools)
 
     async def plan(self, request: GenerationRequest) -> Plan:
         """How an answer to `request` is made (planning.py): asked once per answer, before any text.

@@ -15,7 +15,9 @@ ENGINE_OPTIONS = ("num_predict",)
 @dataclass
 class GenerationRequest:
     prompt: str = ""
-    messages: list[dict[str, str]] | None = None  # a chat; else `prompt` is one user message
+    # A chat (Ollama's messages: role, content, and an assistant's tool_calls or a tool's result);
+    # else `prompt` is one user message.
+    messages: list[dict[str, Any]] | None = None
     raw: bool = False  # send `prompt` as it is, without the chat template
     system: str | None = None
     # Ollama `options` exactly as the client gave them (a SamplingOptions is written out as such). They
@@ -31,6 +33,7 @@ class GenerationRequest:
     format: str | dict[str, Any] | None = None
     # Ollama's `think` (true, false, or a level): None leaves it to the model (a thinking model thinks).
     think: bool | str | None = None
+    tools: list[dict[str, Any]] | None = None  # a chat's tools, rendered into its prompt by the template
 
     def __post_init__(self) -> None:
         if isinstance(self.options, SamplingOptions):  # accepted for convenience, kept as Ollama's dict
@@ -68,6 +71,8 @@ class GenerationRequest:
             body["think"] = self.think
         if self.format is not None:
             body["format"] = self.format
+        if self.tools:
+            body["tools"] = self.tools
         if self.messages is not None:
             return True, {**body, "messages": self.messages}
         return False, {**body, "prompt": self.prompt, "raw": self.raw,

@@ -177,9 +177,9 @@ class Target(Protocol):
         """A standard answer exactly as a client asking `/api/chat` or `/api/generate` gets it."""
         ...
 
-    async def render_chat(self, model: str, messages: list[dict[str, str]], options: dict[str, Any],
-                          think: bool | str | None = None) -> str:
-        """The raw prompt the model's chat template makes of `messages`."""
+    async def render_chat(self, model: str, messages: list[dict[str, Any]], options: dict[str, Any],
+                          think: bool | str | None = None, tools: list[dict[str, Any]] | None = None) -> str:
+        """The raw prompt the model's chat template makes of `messages` (and `tools`, where given)."""
         ...
 
     def stream_raw(self, model: str, prompt: str, options: dict[str, Any], top_logprobs: int = 0,

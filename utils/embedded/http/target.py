@@ -109,10 +109,11 @@ class InProcessTarget:
     async def running(self) -> list[dict[str, Any]]:
         return list((await self._call("GET", "/api/ps")).get("models") or [])
 
-    async def render_chat(self, model: str, messages: list[dict[str, str]], options: dict[str, Any],
-                          think: bool | str | None = None) -> str:
+    async def render_chat(self, model: str, messages: list[dict[str, Any]], options: dict[str, Any],
+                          think: bool | str | None = None, tools: list[dict[str, Any]] | None = None) -> str:
         body = {"model": model, "messages": messages, "stream": False, "_debug_render_only": True,
-                "options": options, **({"think": think} if think is not None else {})}
+                "options": options, **({"think": think} if think is not None else {}),
+                **({"tools": tools} if tools else {})}
         return (await self._call("POST", "/api/chat", body))["_debug_info"]["rendered_template"]
 
     async def stream_answer(self, chat: bool, body: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
