@@ -4,6 +4,7 @@ when the server is serial or down."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import config
 from tests.support.app import (
@@ -41,20 +42,53 @@ def test_sidebar_on_a_serial_server_says_how_to_fix_it(data_dir, serial_server_u
 
 
 def test_parallel_check_measures_both_ways(serial_server_url):
-    """The check Ollama servers get (the embedded one says whether it batches). Its verdict is a
-    timing, too noisy to assert on a shared two-core machine; the measurement itself must work."""
+    """The check Ollama servers get (the embedded one says whether it batches): per round, a
+    verification's requests one after another, then another's all at once, each set timed whole.
+    What a set's requests overlap is read from the real client's calls, not from timings; the verdict
+    on a server that evaluates one request at a time is "not parallel" (its concurrent set does the
+    same work one request after another, so only a sequential set slowed by two thirds in two rounds
+    of three could turn it)."""
     settings = config.Settings()
+    calls: list[tuple[str, float, float]] = []  # prompt, started, ended
+
+    class Watched(OllamaClient):
+        async def next_token(self, model, prompt, options, top_logprobs=0, burst=None):
+            started = time.perf_counter()
+            try:
+                return await super().next_token(model, prompt, options, top_logprobs, burst)
+            finally:
+                calls.append((prompt, started, time.perf_counter()))
+
+    width, rounds = 3, 3
 
     async def check():
-        server = OllamaClient(serial_server_url)
+        server = Watched(serial_server_url)
         try:
-            return await check_parallel(settings, server, SMALL, width=3, rounds=1)
+            return await check_parallel(settings, server, SMALL, width=width, rounds=rounds)
         finally:
             await server.aclose()
 
     result = asyncio.run(check())
-    assert result.width == 3 and result.sequential_seconds > 0 and result.concurrent_seconds > 0
-    assert result.parallel == (result.concurrent_seconds < 0.6 * result.sequential_seconds)
+    assert result.width == width and len(calls) == 1 + 2 * width * rounds  # a first call loads the model
+    calls.sort(key=lambda call: call[1])
+    for round_number in range(rounds):
+        first = 1 + 2 * width * round_number
+        one_by_one, at_once = calls[first:first + width], calls[first + width:first + 2 * width]
+        for requests in (one_by_one, at_once):  # one verification: each prompt extends the one before
+            assert all(later[0].startswith(earlier[0]) and later[0] != earlier[0]
+                       for earlier, later in zip(requests, requests[1:]))
+        assert one_by_one[0][0] != at_once[0][0]  # each set its own prompts: nothing cached for the other
+        # One after another: each asked after the one before was answered.
+        assert all(later[1] >= earlier[2] for earlier, later in zip(one_by_one, one_by_one[1:]))
+        # All at once: every one asked before any was answered.
+        assert max(started for _, started, _ in at_once) < min(ended for _, _, ended in at_once)
+    sequential = [sum(e - s for _, s, e in calls[1 + 2 * width * r:1 + 2 * width * r + width]) for r in range(rounds)]
+    concurrent = [max(e for _, _, e in calls[1 + 2 * width * r + width:1 + 2 * width * (r + 1)])
+                  - min(s for _, s, _ in calls[1 + 2 * width * r + width:1 + 2 * width * (r + 1)])
+                  for r in range(rounds)]
+    # The times it reports are each set's whole time (the median round's), no less than its requests took.
+    assert result.sequential_seconds >= min(sequential) and result.concurrent_seconds >= min(concurrent)
+    assert not result.parallel, result
 
 
 def test_server_down_says_what_to_do(data_dir, monkeypatch):

@@ -12,6 +12,7 @@ from utils.engine.config import EngineConfig
 from utils.engine.drafters import NONE, Draft, Drafter, DraftSetup, build_drafter, drafter_class, model_free_drafters
 from utils.engine.drafters.lookup import PromptLookupDrafter
 from utils.engine.drafters.model import ModelDrafter
+from utils.engine.drafters.suffix import SuffixDrafter
 from utils.sampling import GREEDY, SamplingOptions
 
 
@@ -40,8 +41,11 @@ def test_the_packaged_drafters_are_registered() -> None:
     # Anything that is not a drafter's kind is a draft model's name.
     assert drafter_class("qwen2.5-coder:0.5b") is ModelDrafter
     assert drafter_class("smollm2:135m") is ModelDrafter
-    assert model_free_drafters()["lookup"] == PromptLookupDrafter.description  # listed with its description
-    assert all(kind for kind in model_free_drafters())  # model drafters are not listed
+    # Exactly the packaged drafters that need no model, each with its description: the draft model's
+    # class (chosen by a model's name, no kind) is not among them, under None or any other name.
+    assert model_free_drafters() == {"lookup": PromptLookupDrafter.description,
+                                     "suffix": SuffixDrafter.description}
+    assert ModelDrafter.description not in model_free_drafters().values()
 
 
 async def test_a_new_drafter_class_registers_itself(registry: list[type[Drafter]]) -> None:
