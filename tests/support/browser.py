@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -79,30 +78,6 @@ def embedded_server_pid(app: RunningApp) -> int:
                if b"serve" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
     assert len(servers) == 1, f"the app runs {len(servers)} embedded servers"
     return servers[0]
-
-
-def server_pid(url: str) -> int | None:
-    """The pid of the embedded server (`cli.py serve`) listening on `url`'s port; None when it runs
-    elsewhere (OLLAMA_HOST_FOR_TESTS)."""
-    port = url.rsplit(":", 1)[1].strip("/")
-    for proc in Path("/proc").iterdir():
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"serve" in args and b"--port" in args and args[args.index(b"--port") + 1] == port.encode():
-            return int(proc.name)
-    return None
-
-
-def cores_used(pid: int, seconds: float) -> float:
-    """How many cores the process (all its threads) kept busy over the next `seconds` (Linux /proc)."""
-    def cpu() -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
-    before, started = cpu(), time.monotonic()
-    time.sleep(seconds)
-    return (cpu() - before) / (time.monotonic() - started)
 
 
 def _wait_healthy(process: subprocess.Popen, url: str, log_path: Path) -> None:
