@@ -1,8 +1,11 @@
-"""Tools on the embedded server: rendered by the model's own chat template, tool calls in its output
-returned as `message.tool_calls` (streamed too, without leaking into the content), tool results
-rendered; through ollama-python, the OpenAI SDK and LangChain, on qwen2.5-coder:1.5b."""
+"""Tools on the embedded server: rendered by the model's own chat template, tool results rendered, and
+the answer parsed as Ollama 0.32.15 parses it (utils/tool_calls.py): a call written with the
+template's tag (<tool_call>) is `message.tool_calls`, and qwen2.5-coder:1.5b's usual bare-JSON call is
+content, as Ollama returns it (recordings 22-28); through ollama-python, the OpenAI SDK and LangChain."""
 
 from __future__ import annotations
+
+import json
 
 import httpx
 import ollama
@@ -43,25 +46,28 @@ def test_the_template_renders_tools_and_tool_results(server_url):
     assert rendered.endswith("<|im_start|>assistant\n")
 
 
-def test_ollama_python_gets_a_tool_call_whole_and_streamed(server_url):
+def bare_call(content: str) -> dict:
+    """The call qwen2.5-coder:1.5b writes as text: JSON, bare or in a ```json fence."""
+    return json.loads(content.strip().removeprefix("```json").removesuffix("```"))
+
+
+def test_ollama_python_gets_a_bare_json_call_as_content_as_from_ollama(server_url):
+    """The model answers the call without the <tool_call> tags its template asks for; Ollama 0.32.15
+    returns that as content, with no tool_calls (recordings 22-25), and so does the embedded server."""
     client = ollama.Client(host=server_url)
     answer = client.chat(model=TOOLS_MODEL, messages=QUESTION, tools=[get_weather], options=OPTIONS)
-    calls = answer.message.tool_calls
-    assert calls and calls[0].function.name == "get_weather"
-    assert calls[0].function.arguments == {"city": "Paris"}
-    assert "get_weather" not in answer.message.content and "tool_call" not in answer.message.content
+    assert not answer.message.tool_calls and answer.done_reason == "stop"
+    assert bare_call(answer.message.content) == {"name": "get_weather", "arguments": {"city": "Paris"}}
     parts = list(client.chat(model=TOOLS_MODEL, messages=QUESTION, tools=[get_weather], options=OPTIONS,
                              stream=True))
-    streamed_calls = [call for part in parts for call in part.message.tool_calls or []]
-    assert [(c.function.name, c.function.arguments) for c in streamed_calls] == [("get_weather", {"city": "Paris"})]
-    content = "".join(part.message.content for part in parts)
-    assert "get_weather" not in content and "{" not in content  # nothing of the call leaked into the text
+    assert not any(part.message.tool_calls for part in parts)
+    assert "".join(part.message.content for part in parts) == answer.message.content
+    assert all(part.message.content for part in parts[:-1]) and parts[-1].done and parts[-1].message.content == ""
 
-    # The tool's result goes back as a `tool` message (the client's own Message with its tool_calls).
-    # What the 1.5B model does with it varies (it often calls the tool again); the rendering of such
-    # a conversation is checked exactly above.
-    followup = QUESTION + [answer.message, {"role": "tool", "content": get_weather("Paris"),
-                                            "tool_name": "get_weather"}]
+    # A call the client makes of it goes back as a `tool` message after the assistant's tool_calls.
+    followup = QUESTION + [{"role": "assistant", "content": "", "tool_calls": [
+        {"function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "content": get_weather("Paris"), "tool_name": "get_weather"}]
     final = client.chat(model=TOOLS_MODEL, messages=followup, tools=[get_weather], options=OPTIONS)
     assert final.done and (final.message.content or final.message.tool_calls)
 
@@ -73,40 +79,59 @@ def test_a_question_that_needs_no_tool_is_answered_in_words(server_url):
     assert not answer.message.tool_calls and answer.message.content.strip()
 
 
-def test_openai_sdk_gets_openai_tool_calls(server_url):
-    import json
-
+def test_openai_sdk_gets_the_bare_call_as_content_as_from_ollama(server_url):
     from openai import OpenAI
 
     sdk = OpenAI(base_url=f"{server_url}/v1", api_key="unused", max_retries=0)
     whole = sdk.chat.completions.create(model=TOOLS_MODEL, messages=QUESTION, tools=[WEATHER_TOOL], temperature=0,
                                         max_tokens=60)
     choice = whole.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    call = choice.message.tool_calls[0]
-    assert call.type == "function" and call.id.startswith("call_") and call.function.name == "get_weather"
-    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    assert choice.finish_reason == "stop" and not choice.message.tool_calls  # recording 27
+    assert bare_call(choice.message.content)["name"] == "get_weather"
     chunks = list(sdk.chat.completions.create(model=TOOLS_MODEL, messages=QUESTION, tools=[WEATHER_TOOL],
                                               temperature=0, max_tokens=60, stream=True))
-    streamed = [c for chunk in chunks for c in chunk.choices[0].delta.tool_calls or []]
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in streamed] == [
-        ("get_weather", {"city": "Paris"})]
-    assert chunks[-1].choices[0].finish_reason == "tool_calls"
+    assert not any(chunk.choices[0].delta.tool_calls for chunk in chunks)  # recording 28
+    assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks) == choice.message.content
+    assert chunks[-1].choices[0].finish_reason == "stop"
 
     # The OpenAI way back: the assistant's call (arguments as a JSON string), then the tool's result.
-    followup = QUESTION + [choice.message.model_dump(exclude_none=True),
-                           {"role": "tool", "tool_call_id": call.id, "content": get_weather("Paris")}]
+    call = {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+    followup = QUESTION + [{"role": "assistant", "content": None, "tool_calls": [call]},
+                           {"role": "tool", "tool_call_id": "call_1", "content": get_weather("Paris")}]
     final = sdk.chat.completions.create(model=TOOLS_MODEL, messages=followup, tools=[WEATHER_TOOL], temperature=0,
                                         max_tokens=60)
     assert final.choices[0].message.content or final.choices[0].message.tool_calls
 
 
-def test_langchain_bind_tools_gets_a_tool_call(server_url):
+def test_langchain_bind_tools_gets_the_answer_as_ollama_gives_it(server_url):
     from langchain_ollama import ChatOllama
 
     model = ChatOllama(model=TOOLS_MODEL, base_url=server_url, temperature=0, num_predict=60)
     reply = model.bind_tools([get_weather]).invoke("What is the weather in Paris right now?")
-    assert [(c["name"], c["args"]) for c in reply.tool_calls] == [("get_weather", {"city": "Paris"})]
+    assert reply.tool_calls == [] and bare_call(reply.content)["name"] == "get_weather"
+
+
+def test_a_tagged_call_is_a_tool_call_streamed_and_whole():
+    """What the server makes of an answer written with the model's tag (the 1.5B model writes none,
+    so its pieces stand in for it, through the server's own Shape): the call as message.tool_calls,
+    nothing of it in the content, the text before it streamed, as Ollama's chat handler does."""
+    from tests.support.recorded import load
+    from utils.embedded.http.answer import Shape
+    from utils.tool_calls import tool_tag
+
+    tag = tool_tag(load("03-show-qwen2_5-coder_1_5b").json()["template"])  # the GGUF's own Jinja template
+    assert tag == "<tool_call>"
+    pieces = ["Let me check.", "\n", "<tool", "_call>", "\n", '{"name": "get_weather", ', '"arguments": ',
+              '{"city": "Paris"}}', "\n", "</tool_call>"]
+    shape = Shape([WEATHER_TOOL], 0, tag=tag)
+    streamed = [shape.fields(piece, True)["message"] for piece in pieces]
+    streamed.append(shape.fields("", True, final=True)["message"])
+    sent = [m for m in streamed if m["content"] or m.get("tool_calls")]
+    assert [m["content"] for m in sent] == ["Let me check.", "\n", ""]
+    assert [(c["function"]["name"], c["function"]["arguments"]) for c in sent[2]["tool_calls"]] == [
+        ("get_weather", {"city": "Paris"})]
+    whole = Shape([WEATHER_TOOL], 0, tag=tag).whole(pieces)["message"]
+    assert whole["content"] == "Let me check.\n" and whole["tool_calls"][0]["function"]["index"] == 0
 
 
 def test_a_model_whose_template_has_no_tools_refuses_them(server_url):

@@ -62,6 +62,8 @@ EXCHANGES: dict[str, tuple[str, str]] = {
     "13": ("POST", "/v1/chat/completions"), "14": ("GET", "/api/ps"), "15": ("POST", "/api/generate"),
     "16": ("POST", "/api/generate"), "17": ("POST", "/api/generate"), "18": ("POST", "/api/show"),
     "19": ("POST", "/api/chat"), "20": ("GET", "/api/ps"), "21": ("POST", "/api/generate"),
+    **{f"{n}": ("POST", "/api/chat") for n in range(22, 27)}, "27": ("POST", "/v1/chat/completions"),
+    "28": ("POST", "/v1/chat/completions"),
     **{f"{n}": ("POST", "/api/generate") for n in range(63, 68)}, "68": ("POST", "/api/chat"),
     "69": ("POST", "/api/chat"), "70": ("POST", "/v1/chat/completions"),
 }

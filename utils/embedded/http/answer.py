@@ -20,10 +20,11 @@ from utils.api.http import ApiError, LastLine, client_gone, json_response, ndjso
 from utils.api.schemas import Common
 from utils.embedded.http.text import TextAssembler
 from utils.embedded.http.thinking import ThinkingParser
-from utils.embedded.http.tools import ToolCallParser, tool_names
+from utils.embedded.http.tools import tool_call_tag
 from utils.embedded.runtime.grammar import constraint_for
 from utils.embedded.runtime.jobs import ARRIVALS, Completion, Job, RunnerError, TokenInfo
 from utils.embedded.runtime.runner import ModelRunner
+from utils.tool_calls import ToolCallStream
 
 _ARRIVAL = "embedded.arrival"
 GENERATION_PATHS = ("/api/generate", "/api/chat")
@@ -124,38 +125,49 @@ def _unset(_: object) -> None:
 
 class Shape:
     """What an answer's text becomes beyond plain content: its thinking split out (thinking.py), tool
-    calls parsed out of it (`tools`), and the report of what was left out of the prompt to fit the
-    context."""
+    calls parsed out of it as Ollama's chat handler does (utils/tool_calls.py ToolCallStream, with
+    the model's tag), and the report of what was left out of the prompt to fit the context."""
 
     def __init__(self, tools: list[dict[str, Any]] | None, dropped_messages: int,
-                 thinking: ThinkingParser | None = None):
-        self.parser = ToolCallParser(tool_names(tools)) if tools else None
+                 thinking: ThinkingParser | None = None, tag: str = "{"):
+        self.tools = ToolCallStream(tag, tools) if tools else None
         self.dropped_messages = dropped_messages
         self.thinking = thinking
 
     def fields(self, text: str, chat: bool, final: bool = False) -> dict[str, Any]:
         """The answer's fields for the next `text`: `message` (chat) or `response` (generate), each
-        with the `thinking` that `text` completes, if any."""
+        with the `thinking` that `text` completes, if any. `final`: for the `done: true` message."""
         thought, text = self.thinking.add(text) if self.thinking else ("", text)
         if not chat:
             return {"response": text, "thinking": thought} if thought else {"response": text}
         message: dict[str, Any] = {"role": "assistant", "content": text}
         if thought:
             message["thinking"] = thought
-        if self.parser is not None:  # tool calls are looked for in the content, as Ollama does
-            content, calls = self.parser.feed(text)
-            if final:
-                rest, more = self.parser.flush()
-                content, calls = content + rest, calls + more
+        if self.tools is not None:  # tool calls are looked for in the content, as Ollama does
+            content, calls = self.tools.finish(text) if final else self.tools.step(text) or ("", [])
             message["content"] = content
             if calls:
                 message["tool_calls"] = calls
         return {"message": message}
 
+    def whole(self, pieces: list[str]) -> dict[str, Any]:
+        """A non-streamed chat's message: the messages streamed for each piece (one per token) and the
+        `done` one, joined, as Ollama's writeChatResponse joins them (tool calls are parsed piece by
+        piece there too, which is not always what parsing the whole text at once would give)."""
+        parts = [self.fields(piece, True)["message"] for piece in pieces]
+        parts.append(self.fields("", True, final=True)["message"])
+        message: dict[str, Any] = {"role": "assistant", "content": "".join(part["content"] for part in parts)}
+        if thought := "".join(part.get("thinking", "") for part in parts):
+            message["thinking"] = thought
+        if calls := [call for part in parts for call in part.get("tool_calls", [])]:
+            message["tool_calls"] = calls
+        return {"message": message}
+
     def holds_all(self, fields: dict[str, Any]) -> bool:
-        """A chat chunk with neither thinking nor content while thinking is split: Ollama sends none."""
+        """A chat chunk with neither thinking, content nor calls while thinking is split or tool calls
+        are parsed: Ollama sends none (routes.go ChatHandler)."""
         message = fields.get("message")
-        return self.thinking is not None and message is not None and not (
+        return (self.thinking is not None or self.tools is not None) and message is not None and not (
             message["content"] or message.get("thinking") or message.get("tool_calls"))
 
     def report(self, job: Job, final: dict[str, Any]) -> None:
@@ -172,7 +184,7 @@ async def answer(request: Request, runner: ModelRunner, body: Common, prompt: st
     job.burst = burst.parse(request.headers.get(burst.HEADER))
     job.constraint = constraint_for(runner, body.format)  # freed by the worker once the job has run
     assembler = TextAssembler(body.options.stops())
-    shape = Shape(tools if chat else None, dropped_messages, thinking)
+    shape = Shape(tools if chat else None, dropped_messages, thinking, tool_call_tag(runner) if tools else "{")
     if body.stream:
         return await _streamed(request, runner, body, job, assembler, load, chat, shape)
     return await _whole(request, runner, body, job, assembler, load, chat, shape)
@@ -219,8 +231,10 @@ async def collect(request: Request, runner: ModelRunner, body: Common, job: Job,
     parts.append(assembler.flush())
     reason = "stop" if assembler.stopped else event.done_reason
     final = final_fields(body.model, reason, event, load, chat=chat)
-    text = "".join(parts)
-    final.update(shape.fields(text, chat, final=True))
+    if chat and shape.tools is not None:
+        final.update(shape.whole(parts))
+    else:
+        final.update(shape.fields("".join(parts), chat, final=True))
     shape.report(job, final)
     if body.logprobs:
         final["logprobs"] = logprobs
@@ -237,11 +251,11 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
 
     job.on_token = job.on_done = put
 
-    def chunk(text: str, info: TokenInfo | None, final: bool = False) -> bytes:
+    def chunk(text: str, info: TokenInfo | None) -> bytes:
         out: dict[str, Any] = {"model": body.model, "created_at": now()}
-        out.update(fields := shape.fields(text, chat, final))
+        out.update(fields := shape.fields(text, chat))
         if shape.holds_all(fields) and not body.logprobs:
-            return b""  # held back by the thinking parser (a tag not yet complete)
+            return b""  # held back by the thinking or tool call parser: Ollama sends nothing
         out["done"] = False
         if body.logprobs:
             out["logprobs"] = [logprob_entry(info)] if info is not None else []
@@ -262,11 +276,12 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
                             yield b"".join(out)
                         raise ApiError(str(event), event.status)
                     if isinstance(event, Completion):
-                        tail = assembler.flush()
-                        if tail or shape.parser is not None:  # the tool parser may hold text or a call back
-                            out.append(chunk(tail, None, final=True))
+                        if tail := assembler.flush():
+                            out.append(chunk(tail, None))
                         reason = "stop" if assembler.stopped else event.done_reason
                         final = final_fields(body.model, reason, event, load, chat=chat)
+                        if chat and shape.tools is not None:  # what the tool parser still holds, if any
+                            final.update(shape.fields("", chat, final=True))
                         shape.report(job, final)
                         out.append(ndjson_line(final))
                         yield LastLine(b"".join(out))
