@@ -109,3 +109,26 @@ async def test_the_clairvoyant_ceiling_of_a_draft_model_charges_its_drafting(ser
     assert drafting > 0  # the draft model's time per piece, on top of each burst
     assert "fib" in report and "median, all" in report
 
+
+
+def test_an_agent_session_step_by_step_reported_by_kind_and_session(server_url, tmp_path):
+    """The first two steps of a shipped agent session (the task, then the scripted file after the model's
+    own call), on the tools model: each step a kind, answers identical, rows per kind and per session."""
+    session = json.loads((ROOT / "prompts" / "agents.jsonl").read_text().splitlines()[0])
+    prompts = tmp_path / "agents.jsonl"
+    prompts.write_text(json.dumps({**session, "results": session["results"][:1]}) + "\n")
+    config = BenchConfig(prompts_file=prompts, target=TARGET, drafters=["lookup"], out_dir=tmp_path / "run",
+                         host=server_url, max_tokens=12)
+    out = run_bench(Settings(data_dir=tmp_path), config)
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert sorted((r["prompt_id"], r["drafter"]) for r in runs) == [
+        (f"{session['id']}/1", "lookup"), (f"{session['id']}/1", "none"),
+        (f"{session['id']}/2", "lookup"), (f"{session['id']}/2", "none")]
+    step2 = next(r for r in runs if r["turn"] == 2)
+    assert step2["said"][0]["role"] == "tool" and step2["said"][0]["tool_name"] == "read_file"
+    assert {r["category"] for r in runs} <= {"call", "file write", "final answer"}
+    assert {r["category"] for r in runs if r["turn"] == 1} == {"call"}  # the task asks to read the file first
+    report = (out / "report.md").read_text()
+    assert "## call" in report and "## By kind of turn" in report
+    assert f"| project | lookup | auto | {session['id']} | 2 |" in report
+    assert "| 2/2 |" in report  # both steps answered as the standard configuration did

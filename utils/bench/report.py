@@ -57,6 +57,32 @@ def decode_rate(stats: AnswerStats) -> float:
     return (stats.output_tokens - 1) / (stats.total_seconds - ttft)
 
 
+def _after_first_token(stats: AnswerStats) -> float:
+    """The seconds of an answer after its first token (all of them where that is not known)."""
+    ttft = stats.time_to_first_token_s
+    return stats.total_seconds - ttft if ttft is not None and stats.total_seconds > ttft else stats.total_seconds
+
+
+def waits(pairs: list[tuple[AnswerStats, AnswerStats]], whole: bool = False) -> tuple[float, float]:
+    """The standard's and the speculative's summed seconds over (standard, speculative) pairs, after
+    the first token; `whole`: each answer's wait for its first token included, the longer of the
+    pair's two charged to both. That wait is the same work for both (reading the prompt), but only the
+    configuration that asks a turn first reads its new part, the other finds it in the server's cache;
+    the longer wait is what an agent that asks each turn once would see."""
+    reading = sum(max(s.total_seconds - _after_first_token(s), r.total_seconds - _after_first_token(r))
+                  for s, r in pairs) if whole else 0.0
+    return (sum(_after_first_token(s) for s, _ in pairs) + reading,
+            sum(_after_first_token(r) for _, r in pairs) + reading)
+
+
+def aggregate(pairs: list[tuple[AnswerStats, AnswerStats]], whole: bool = False) -> float:
+    """The whole run's ratio over (standard, speculative) pairs: the standard's summed seconds over the
+    speculative's (`waits`). Unlike the median of the ratios, a long answer weighs more than a short
+    one, as it does in the time the user waits."""
+    standard, speculative = waits(pairs, whole)
+    return standard / speculative if speculative else float("nan")
+
+
 def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per category and configuration (and one 'all' row per configuration).
 
@@ -88,7 +114,7 @@ def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "category": category, "engine": engine, "drafter": drafter, "k": k, "runs": len(runs),
                 "standard_tps": _median([decode_rate(s) for s, _ in pairs]),
                 "speculative_tps": _median([decode_rate(r) for _, r in pairs]),
-                "speedup": speedup, "speedup_p25": low, "speedup_p75": high,
+                "speedup": speedup, "speedup_p25": low, "speedup_p75": high, "aggregate": aggregate(pairs),
                 "drafted": total.drafted_tokens, "acceptance": total.acceptance_rate,
                 "mean_acceptance_length": total.mean_acceptance_length,
                 "accepted_per_verification": total.accepted_tokens / total.drafts if total.drafts else float("nan"),
@@ -99,6 +125,73 @@ def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "mean_k": statistics.fmean(total.k_history or [0]),
             })
     return rows
+
+
+def sessions(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per speculative configuration and multi-turn session (a conversation or an agent session) whose
+    every turn has its standard pair: the whole session's time against the same engine's standard
+    time, and how many of its turns answered identically; after each configuration's sessions, its
+    'all' row: every session's time summed (the aggregate whole-run ratio)."""
+    standard = _plain_runs(data)
+    grouped: dict[tuple, dict[tuple, list]] = {}  # configuration -> (session, repeat) -> [(standard, run)]
+    for run in data["runs"]:
+        if run["drafter"] != STANDARD and "conversation" in run:
+            mate = standard.get((engine_of(run), run["prompt_id"], run["repeat"]))
+            session = grouped.setdefault((engine_of(run), run["drafter"], run["k"]), {})
+            session.setdefault((run["conversation"], run["repeat"]), []).append((mate, run))
+    rows = []
+    for configuration in sorted(grouped, key=lambda c: (c[0] != PROJECT, c)):
+        # A session with a turn not yet run by the standard configuration is left out.
+        complete = {key: runs for key, runs in sorted(grouped[configuration].items()) if all(m for m, _ in runs)}
+        mine = [_session_row(configuration, session, repeat, runs) for (session, repeat), runs in complete.items()]
+        if mine:
+            every = _session_row(configuration, "all", None, [pair for runs in complete.values() for pair in runs])
+            rows += [*mine, {**every, "median_whole": _median([r["whole"] for r in mine])}]
+    return rows
+
+
+def _session_row(configuration: tuple[str, str, str], session: str, repeat: int | None,
+                 runs: list[tuple[dict[str, Any], dict[str, Any]]]) -> dict[str, Any]:
+    pairs = [(stats_of(s), stats_of(r)) for s, r in runs]
+    standard, speculative = waits(pairs, whole=True)
+    return {**dict(zip(("engine", "drafter", "k"), configuration, strict=True)), "session": session,
+            "repeat": repeat, "steps": len(runs), "standard_s": standard, "speculative_s": speculative,
+            "whole": aggregate(pairs, whole=True), "after_first_token": aggregate(pairs),
+            "identical": sum(s["text"] == r["text"] for s, r in runs)}
+
+
+def _sessions_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """The multi-turn sections: each configuration's speed-up per category (turn, or agent step kind)
+    as median and aggregate, then per session."""
+    categories = sorted({r["category"] for r in data["runs"] if "conversation" in r})
+    configurations = list(dict.fromkeys((r["engine"], r["drafter"], r["k"]) for r in rows))
+    lines = ["## By kind of turn: median (aggregate) speed-up after the first token", "",
+             "Median: of the turns' speed-ups, as in the tables above. Aggregate: the standard's summed time "
+             "after the first token over the speculative's, on the same turns (a long answer weighs more). "
+             "An agent step's kind is its own answer's: a write_file call with the file's content, another "
+             "tool call, or a final answer without one.", "",
+             "| engine | drafter | K | " + " | ".join(categories) + " | all |",
+             "|---|---|---|" + "---|" * (len(categories) + 1)]
+    for configuration in configurations:
+        cells = {r["category"]: r for r in rows if (r["engine"], r["drafter"], r["k"]) == configuration}
+        lines.append("| " + " | ".join(configuration) + " | " + " | ".join(
+            f"{cells[c]['speedup']:.2f}x ({cells[c]['aggregate']:.2f}x), {cells[c]['runs']}" if c in cells else "-"
+            for c in [*categories, "all"]) + " |")
+    lines += ["", "## Per session: whole-session time", "",
+              "Whole: the standard's time for all the session's turns over the speculative's, each turn's wait "
+              "for its first token included: the longer of the two, charged to both (only the configuration that "
+              "asks a turn first reads its new part of the prompt; the other finds it in the server's cache). "
+              "After first token: without those waits. 'all' sums every session (the aggregate whole-run ratio); "
+              "its median is of the sessions' whole ratios.",
+              "", "| engine | drafter | K | session | turns | standard s | speculative s | whole | after first token | "
+              "identical |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sessions(data):
+        name = r["session"] if r["repeat"] in (0, None) else f"{r['session']} (repeat {r['repeat'] + 1})"
+        median = f", median {r['median_whole']:.2f}x" if "median_whole" in r else ""
+        lines.append(f"| {r['engine']} | {r['drafter']} | {r['k']} | {name} | {r['steps']} | {r['standard_s']:.1f} | "
+                     f"{r['speculative_s']:.1f} | {r['whole']:.2f}x{median} | {r['after_first_token']:.2f}x | "
+                     f"{r['identical']}/{r['steps']} |")
+    return [*lines, ""]
 
 
 def plain_decoding(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -173,6 +266,8 @@ def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                 f"{_number(r['bound'], '{:.2f}x')} | {_number(r['of_bound'], '{:.0%}')} | {r['identical_rate']:.0%} |"
             )
         lines.append("")
+    if any("conversation" in r for r in data["runs"]):
+        lines += _sessions_markdown(data, rows)
     plain = plain_decoding(data)
     if plain:
         lines += ["## Plain decoding: the project's standard generation against llama-server", "",

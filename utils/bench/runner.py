@@ -11,6 +11,10 @@ tokens/s of the same prompt and repeat. The bound is what the speculative rounds
 the speed-up if every round were like the measured ones; below 1, speculation cannot pay on this
 machine and the adaptive controller should fall back to K = 0.
 
+A multi-turn line, a conversation (prompts/conversations.jsonl) or an agent session with tools and
+scripted tool results (prompts/agents.jsonl, utils/bench/agents.py), is asked turn by turn, each turn
+after the configuration's own earlier answers; an agent step is reported by the kind of its answer.
+
 With `native`, llama.cpp's own llama-server (utils/native.py) answers the same prompts too, plainly
 and with its own speculative decoding, interleaved with the rest; its speed-up is measured against
 its own plain decoding, so the report shows both engines' speed-ups on the same machine and prompts.
@@ -33,6 +37,7 @@ from typing import Any
 import httpx
 
 from config import Settings
+from utils.bench.agents import STEP, session_problems, session_steps, step_kind
 from utils.bench.native import ANCHOR, NativeError, NativeServer, server_binary, speculation_args
 from utils.bench.report import NATIVE, PROJECT, engine_of, summarize, write_report
 from utils.embedded.runtime.loaded import DEFAULT_NUM_CTX
@@ -89,11 +94,13 @@ def load_prompts(config: BenchConfig) -> list[dict[str, Any]]:
                 continue
             try:
                 prompt = json.loads(line)
-                missing = {"id", "category", "turns" if "turns" in prompt else "prompt"} - set(prompt)
+                problems = [f"missing {key}" for key in sorted({"id", "category", _shape(prompt)} - set(prompt))]
             except json.JSONDecodeError as error:
                 raise ValueError(f"{config.prompts_file}:{number}: not JSON ({error})") from None
-            if missing:
-                raise ValueError(f"{config.prompts_file}:{number}: missing {', '.join(sorted(missing))}")
+            if not problems and "task" in prompt:
+                problems = session_problems(prompt)
+            if problems:
+                raise ValueError(f"{config.prompts_file}:{number}: {'; '.join(problems)}")
             prompts.append(prompt)
     if config.categories:
         prompts = [p for p in prompts if p["category"] in config.categories]
@@ -106,28 +113,48 @@ def load_prompts(config: BenchConfig) -> list[dict[str, Any]]:
     return [turn for prompt in prompts for turn in _turns(prompt)]
 
 
+def _shape(prompt: dict[str, Any]) -> str:
+    """The key that makes a line a conversation (`turns`), an agent session (`task`) or a prompt."""
+    return next((key for key in ("turns", "task") if key in prompt), "prompt")
+
+
 def _turns(prompt: dict[str, Any]) -> list[dict[str, Any]]:
     """A conversation (`turns`: the user's messages) as one prompt per turn, in order, reported by turn
-    (category "turn N"); each turn is asked after the configuration's own answers to the turns before
-    (`_history`). A plain prompt is itself."""
+    (category "turn N"), or an agent session as one per step (utils/bench/agents.py); each turn is asked
+    after the configuration's own answers to the turns before (`_history`). A plain prompt is itself."""
+    if "task" in prompt:
+        return session_steps(prompt)
     if "turns" not in prompt:
         return [prompt]
     return [{"id": f"{prompt['id']}/{number}", "category": f"turn {number}", "conversation": prompt["id"],
              "kind": prompt["category"], "turn": number, "prompt": text, "chat": True,
+             "said": [{"role": "user", "content": text}],
              **({"max_tokens": prompt["max_tokens"]} if "max_tokens" in prompt else {})}
             for number, text in enumerate(prompt["turns"], start=1)]
 
 
-def _history(data: dict[str, Any], prompt: dict[str, Any], repeat: int, configuration: tuple) -> list[dict[str, str]]:
-    """The messages of a conversation turn: the user's earlier turns with this configuration's own
-    answers to them (from the saved runs, so a resumed benchmark continues the same conversations),
-    then this turn."""
+def _history(data: dict[str, Any], prompt: dict[str, Any], repeat: int, configuration: tuple) -> list[dict[str, Any]]:
+    """The messages of a conversation turn: what was said before each earlier turn's answer (the
+    user's message, or an agent step's tool result) with this configuration's own answers to them
+    (from the saved runs, so a resumed benchmark continues the same conversations), then this turn's."""
     earlier = sorted((run for run in data["runs"] if run.get("conversation") == prompt.get("conversation")
                       and (run["repeat"], engine_of(run), run["drafter"], run["k"]) == (repeat, *configuration)
                       and run["turn"] < prompt.get("turn", 0)), key=lambda run: run["turn"])
-    messages = [m for run in earlier for m in ({"role": "user", "content": run["user"]},
-                                                {"role": "assistant", "content": run["text"]})]
-    return [*messages, {"role": "user", "content": prompt["prompt"]}]
+    messages = [m for run in earlier for m in (*_said(run), {"role": "assistant", "content": run["text"]})]
+    return [*messages, *_said(prompt)]
+
+
+def _said(turn: dict[str, Any]) -> list[dict[str, Any]]:
+    """The messages before a turn's answer (a turn saved before `said` existed has its `user` text)."""
+    return turn.get("said") or [{"role": "user", "content": turn.get("user", turn.get("prompt"))}]
+
+
+def _request(config: BenchConfig, prompt: dict[str, Any], messages: list[dict[str, Any]] | None,
+             options: dict[str, Any], k: int | None = None) -> GenerationRequest:
+    """The project's request for a prompt (a turn: its `messages`, with the session's tools)."""
+    return GenerationRequest(prompt=prompt["prompt"], messages=messages, raw=not prompt.get("chat", True),
+                             max_tokens=config.max_tokens or prompt.get("max_tokens", 128), options=options, k=k,
+                             tools=prompt.get("tools"))
 
 
 def machine() -> dict[str, Any]:
@@ -250,26 +277,25 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                 if progress:
                     progress(index - 1, len(plan), f"{prompt['id']}, repeat {repeat + 1}/{config.repeat}: "
                                                    f"{describe(engine, drafter, k)}")
-                max_tokens = config.max_tokens or prompt.get("max_tokens", 128)
                 messages = _history(data, prompt, repeat, (engine, drafter, k)) if "conversation" in prompt else None
                 if engine == PROJECT:
-                    request = GenerationRequest(
-                        prompt=prompt["prompt"], messages=messages, raw=not prompt.get("chat", True),
-                        max_tokens=max_tokens,
-                        options=SamplingOptions(temperature=config.temperature, seed=repeat).to_ollama(),
-                        k=None if k.startswith("auto") else int(k),
-                    )
+                    request = _request(config, prompt, messages,
+                                       SamplingOptions(temperature=config.temperature, seed=repeat).to_ollama(),
+                                       k=None if k.startswith("auto") else int(k))
                     result = await collect(decoders[drafter, ceiling(k)], request)
                 else:
-                    raw = (await target.render_chat(config.target, messages, settings.engine.context_options())
+                    raw = (await target.render_chat(config.target, messages, settings.engine.context_options(),
+                                                    tools=prompt.get("tools"))
                            if messages else raw_prompts[prompt["id"]])
-                    result = await anchors[(drafter, k)].complete(client, raw, max_tokens, config.temperature,
-                                                                  seed=repeat)
-                turn = {key: prompt[key] for key in ("conversation", "turn", "kind") if key in prompt}
-                data["runs"].append({"prompt_id": prompt["id"], "category": prompt["category"], "repeat": repeat,
+                    result = await anchors[(drafter, k)].complete(
+                        client, raw, config.max_tokens or prompt.get("max_tokens", 128), config.temperature,
+                        seed=repeat)
+                turn = {key: prompt[key] for key in ("conversation", "turn", "kind", "said") if key in prompt}
+                category = step_kind(result["text"]) if prompt["category"] == STEP else prompt["category"]
+                data["runs"].append({"prompt_id": prompt["id"], "category": category, "repeat": repeat,
                                      "engine": engine, "drafter": drafter, "k": k, "target": config.target,
                                      "text": result["text"], "stats": result["stats"], "finished": time.time(),
-                                     **({"user": prompt["prompt"], **turn} if turn else {}),
+                                     **turn,
                                      **{key: result[key] for key in ("llama_timings",) if key in result}})
                 _save(results_path, data)
             standard = decoders.get((STANDARD, settings.engine.k_max))
@@ -298,9 +324,7 @@ async def _self_consistency(standard: Any, config: BenchConfig, prompts: list[di
         if prompt["id"] not in first:
             continue
         messages = _history(data, prompt, 0, (PROJECT, STANDARD, "0")) if "conversation" in prompt else None
-        again = await collect(standard, GenerationRequest(
-            prompt=prompt["prompt"], messages=messages, raw=not prompt.get("chat", True),
-            max_tokens=config.max_tokens or prompt.get("max_tokens", 128), options={"temperature": 0}))
+        again = await collect(standard, _request(config, prompt, messages, {"temperature": 0}))
         pairs.append({"prompt_id": prompt["id"], "category": prompt["category"],
                       "same": again["text"] == first[prompt["id"]]})
     return pairs
