@@ -16,18 +16,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import httpx
 import ollama
 import pytest
 
 from tests.support.models import SMALL
+from tests.support.proxy import ROOT, proxy
 from utils.embedded.server import EmbeddedServer
-from utils.processes import free_port, stop_process, wait_until_healthy
 
-ROOT = Path(__file__).resolve().parents[1]
 QWEN = "qwen2.5-coder:0.5b"
 GREEDY = {"temperature": 0, "num_predict": 40}
 # Prompts whose answers repeat their own text: prompt lookup drafts in them, so speculation runs.
@@ -36,25 +33,6 @@ PROMPTS = [
     "Rewrite this list in the same order, one item per line: apples, pears, plums, cherries, grapes, figs.",
     "Copy this code exactly:\n\ndef add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n",
 ]
-
-
-@contextmanager
-def proxy(upstream: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """`python cli.py proxy` on a free port, stopped by pid whatever happens."""
-    port = free_port()
-    log = open(ROOT / "artifacts" / "tmp" / f"proxy-{port}.log", "wb") if (ROOT / "artifacts" / "tmp").is_dir() \
-        else subprocess.DEVNULL
-    process = subprocess.Popen([sys.executable, str(ROOT / "cli.py"), "proxy", "--upstream", upstream,
-                                "--port", str(port), *args], cwd=ROOT, env={**os.environ, **(env or {})},
-                               stdout=log, stderr=log, start_new_session=True)
-    try:
-        key = (env or {}).get("SPEC_API_KEY")
-        problem = wait_until_healthy(process, f"http://127.0.0.1:{port}/metrics", 60,
-                                     headers={"Authorization": f"Bearer {key}"} if key else None)
-        assert problem is None, problem
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        stop_process(process, grace=10)
 
 
 @pytest.fixture(scope="module")

@@ -32,8 +32,10 @@ from utils.engine.request import GenerationRequest
 from utils.engine.segment import StandardSegment, upstream_answer
 from utils.engine.stats import AnswerStats, Fallback, RoundRecord
 from utils.engine.target import ServerError, Target
+from utils.engine.tool_answer import ToolAnswer
 from utils.engine.validator import PromptPrefixValidator, choose_method
 from utils.sampling import GREEDY
+from utils.tool_calls import tool_tag
 
 __all__ = ["FORMAT_REASON", "NO_GAIN_REASON", "SpeculativeDecoder", "build_decoder"]
 
@@ -64,19 +66,24 @@ class SpeculativeDecoder:
         Raises ServerError with the server's message (an unknown model, an unreachable server)."""
         info = await model_info(self.target, self.target_model, self.target.described)
         sampling, stops = info.sampling(request.options), info.stops(request.options)
-        if why := standard_reason(info, request.format, request.think, self.target.constrains):
-            return Plan(info, sampling, stops, code=why[0], reason=why[1], thinking=why[0] == "thinking")
+        # A chat with tools is parsed as upstream parses it (utils/tool_calls.py); the embedded server
+        # parses every model so, where Ollama may use a parser of its own (ModelInfo.tool_parser).
+        tag = tool_tag(info.template) if request.tools else None
+        others = info.tool_parser if tag is not None and not await self.target.is_embedded() else None
+        if why := standard_reason(info, request.format, request.think, self.target.constrains, others):
+            return Plan(info, sampling, stops, code=why[0], reason=why[1], by_upstream=why[0] in ("thinking", "tools"),
+                        tool_tag=tag)
         if self.drafter is None:
-            return Plan(info, sampling, stops)
+            return Plan(info, sampling, stops, tool_tag=tag)
         if gate := await verification_gate(self.target, info, request.raw_options, self.memory):
-            return Plan(info, sampling, stops, code="server", reason=gate)
+            return Plan(info, sampling, stops, code="server", reason=gate, tool_tag=tag)
         # Under a grammar the top log-probabilities are not what is sampled from: sample-match, not rejection.
         exact = self.drafter.exact_distribution and await self.target.exact_logprobs() and request.format is None
         method = choose_method(sampling, exact)
         controller = self._controller(method, request.k)
         if controller.start_answer(waits_for_closed_token=not self.target.drains):
-            return Plan(info, sampling, stops, method, code="no_gain", reason=NO_GAIN_REASON)
-        return Plan(info, sampling, stops, method)
+            return Plan(info, sampling, stops, method, code="no_gain", reason=NO_GAIN_REASON, tool_tag=tag)
+        return Plan(info, sampling, stops, method, tool_tag=tag)
 
     async def stream(self, request: GenerationRequest, plan: Plan | None = None) -> AsyncGenerator[Event, None]:
         """The answer's events; `plan`: the one `plan(request)` gave, if the caller already asked. The
@@ -84,18 +91,25 @@ class SpeculativeDecoder:
         async with self.target.hold(self.target_model, request.options) as load:
             answer = await self._start(request, plan or await self._planned(request))
             answer.stats.load_seconds = load
-            for fallback in answer.stats.fallbacks:  # generated standard from the start: say why at once
-                yield FallbackEvent(fallback.reason)
-            if answer.plan.thinking:
-                async for event in upstream_answer(self.target, self.target_model, answer):
-                    yield event
-            while answer.output.done_reason is None:
-                k = self._choose_k(answer)
-                segment = StandardSegment(self.target, self.target_model, answer)
-                steps = segment.run() if k == 0 else self._speculative_round(answer, k)
-                async for event in steps:
-                    yield event
-            yield await self._done(answer)
+            tag, tools = answer.plan.tool_tag, request.tools or []
+            split = ToolAnswer(tag, tools).split if tag is not None and not answer.plan.by_upstream else None
+            async for event in self._events(answer):
+                for each in split(event) if split else [event]:
+                    yield each
+
+    async def _events(self, answer: AnswerState) -> AsyncIterator[Event]:
+        for fallback in answer.stats.fallbacks:  # generated standard from the start: say why at once
+            yield FallbackEvent(fallback.reason)
+        if answer.plan.by_upstream:
+            async for event in upstream_answer(self.target, self.target_model, answer):
+                yield event
+        while answer.output.done_reason is None:
+            k = self._choose_k(answer)
+            segment = StandardSegment(self.target, self.target_model, answer)
+            steps = segment.run() if k == 0 else self._speculative_round(answer, k)
+            async for event in steps:
+                yield event
+        yield await self._done(answer)
 
     # -- the steps -----------------------------------------------------------------------------------
 
@@ -114,12 +128,12 @@ class SpeculativeDecoder:
     async def _start(self, request: GenerationRequest, plan: Plan) -> AnswerState:
         asked = self.drafter
         think = request.think
-        if plan.info.thinks and not plan.thinking:
+        if plan.info.thinks and not plan.by_upstream:
             think = False  # speculated or standard, the prompt is rendered with thinking off, as asked
         try:
-            prompt = "" if plan.thinking else await self.raw_prompt(request, think)
+            prompt = "" if plan.by_upstream else await self.raw_prompt(request, think)
             # The context the target is loaded with (the prompt's request loaded it), else its Modelfile's.
-            limit = None if plan.thinking else (await loaded_context(self.target, self.target_model)
+            limit = None if plan.by_upstream else (await loaded_context(self.target, self.target_model)
                                                 or plan.info.parameters.get("num_ctx"))
         except ServerError as error:
             raise GenerationError.of(error, "") from None

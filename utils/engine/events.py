@@ -39,6 +39,14 @@ class ThinkingEvent:
 
 
 @dataclass
+class ToolCallEvent:
+    """Tool calls the answer made, complete, as upstream parses them from its text (utils/tool_calls.py),
+    in Ollama's shape: {"function": {"index", "name", "arguments"}}. Their text is not content."""
+
+    calls: list[dict[str, Any]]
+
+
+@dataclass
 class FallbackEvent:
     reason: str
 
@@ -47,9 +55,10 @@ class FallbackEvent:
 class DoneEvent:
     text: str
     stats: AnswerStats
+    tail: str = ""  # the part of `text` that comes only now, on the closing message (tool_answer.py)
 
 
-Event = TextEvent | ThinkingEvent | RoundEvent | FallbackEvent | DoneEvent
+Event = TextEvent | ThinkingEvent | ToolCallEvent | RoundEvent | FallbackEvent | DoneEvent
 
 
 class GenerationError(SpecError):
@@ -72,12 +81,14 @@ def to_wire(event: Event) -> dict[str, Any]:
         return {"type": "text", "text": event.text, "origin": event.origin}
     if isinstance(event, ThinkingEvent):
         return {"type": "thinking", "text": event.text}
+    if isinstance(event, ToolCallEvent):
+        return {"type": "tool_calls", "calls": event.calls}
     if isinstance(event, FallbackEvent):
         return {"type": "fallback", "reason": event.reason}
     if isinstance(event, RoundEvent):
         return {"type": "round", "record": event.record.model_dump(),
                 "stats": event.stats.model_dump(exclude={"rounds", "k_history"})}
-    return {"type": "done", "text": event.text, "stats": event.stats.model_dump()}
+    return {"type": "done", "text": event.text, "tail": event.tail, "stats": event.stats.model_dump()}
 
 
 class WireEvents:
@@ -93,6 +104,8 @@ class WireEvents:
             return TextEvent(str(data["text"]), data["origin"])
         if kind == "thinking":
             return ThinkingEvent(str(data["text"]))
+        if kind == "tool_calls":
+            return ToolCallEvent(list(data["calls"]))
         if kind == "fallback":
             return FallbackEvent(str(data["reason"]))
         if kind == "round":
@@ -102,5 +115,5 @@ class WireEvents:
                                                 "k_history": [each.k for each in self.rounds]})
             return RoundEvent(record, stats)
         if kind == "done":
-            return DoneEvent(str(data["text"]), AnswerStats.model_validate(data["stats"]))
+            return DoneEvent(str(data["text"]), AnswerStats.model_validate(data["stats"]), str(data.get("tail") or ""))
         raise ValueError(f"not an engine event: {data!r}")

@@ -16,6 +16,7 @@ from typing import Any
 
 from utils.engine.target import ServerError, Target
 from utils.sampling import MIN_TEMPERATURE, SamplingOptions
+from utils.tool_calls import builtin_parser_reason
 
 DEFAULTS = SamplingOptions()  # Ollama's own (api/types.go DefaultOptions)
 # Parameters the engine does not need to know: they change where or how fast the model runs, not
@@ -67,6 +68,9 @@ class ModelInfo:
     parameters: dict[str, Any] = field(default_factory=dict)
     capabilities: tuple[str, ...] = ()
     family: str = ""  # `details.family`: the architecture Ollama's scheduler decides slots by
+    template: str = ""  # its chat template, where upstream's tool-call parser finds its tag
+    # Why upstream reads this model's tool calls with a parser of its own (utils/tool_calls.py), or None.
+    tool_parser: str | None = None
 
     @property
     def thinks(self) -> bool:
@@ -110,7 +114,8 @@ async def model_info(server: Target, model: str, cache: dict[tuple[str, str], Mo
         return cached
     shown = await server.show(model)  # Ollama's 404 for an unknown model
     info = ModelInfo(model, digest, parse_parameters(str(shown.get("parameters") or "")),
-                     tuple(shown.get("capabilities") or ()), str((shown.get("details") or {}).get("family") or ""))
+                     tuple(shown.get("capabilities") or ()), str((shown.get("details") or {}).get("family") or ""),
+                     str(shown.get("template") or ""), builtin_parser_reason(shown))
     cache[(model, digest)] = info
     return info
 

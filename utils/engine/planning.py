@@ -28,6 +28,7 @@ FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the ser
 THINKING_REASON = ("{model} thinks in this answer (a thinking model thinks unless asked `think: false`): only the "
                    "server's own parser splits its reasoning from the answer, so upstream generates it standard "
                    "(send `think: false` to have it speculated)")
+TOOLS_REASON = "{why}, which the engine does not repeat: upstream answers this chat with tools itself"
 PARAMETERS_REASON = ("{model}'s own parameters ({names}) change token choice in ways speculation does not keep "
                      "exact: generated standard")
 NO_GAIN_REASON = ("speculation has not paid on this server lately (the drafts were empty or rejected, or "
@@ -52,7 +53,10 @@ class Plan:
     method: Method | None = None
     code: str | None = None
     reason: str | None = None
-    thinking: bool = False  # made by upstream's own endpoint, which splits `thinking` from the content
+    # Made by upstream's own endpoint, which splits `thinking` from the content or reads tool calls
+    # with a parser of its own.
+    by_upstream: bool = False
+    tool_tag: str | None = None  # a chat with tools: the tag upstream's tool-call parser looks for
 
     @property
     def standard(self) -> bool:
@@ -67,9 +71,12 @@ def thinks(info: ModelInfo, think: bool | str | None) -> bool:
 
 
 def standard_reason(info: ModelInfo, request_format: Any, think: bool | str | None,
-                    constrains: bool = False) -> tuple[str, str] | None:
+                    constrains: bool = False, tool_parser: str | None = None) -> tuple[str, str] | None:
     """(code, reason) for an answer that no drafter could speculate exactly on this server, else None;
-    `constrains`: the server resumes a `format` grammar mid-answer (Target.constrains)."""
+    `constrains`: the server resumes a `format` grammar mid-answer (Target.constrains); `tool_parser`:
+    why upstream reads this chat's tool calls with a parser of its own (ModelInfo.tool_parser)."""
+    if tool_parser is not None:
+        return "tools", TOOLS_REASON.format(why=tool_parser)
     if request_format is not None and not constrains:
         return "format", FORMAT_REASON
     if thinks(info, think):

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 from enum import Enum
 
 from utils.engine.answer_state import AnswerState
-from utils.engine.events import Event, GenerationError, RoundEvent, ThinkingEvent
+from utils.engine.events import Event, GenerationError, RoundEvent, ThinkingEvent, ToolCallEvent
 from utils.engine.stats import RoundRecord
 from utils.engine.target import Drain, ServerError, Target
 from utils.sampling import GREEDY
@@ -144,9 +144,10 @@ class StandardSegment:
 
 
 async def upstream_answer(target: Target, model: str, answer: AnswerState) -> AsyncIterator[Event]:
-    """A thinking answer, made by upstream's own endpoint (the client's request as it is), so that
-    `thinking` and the content are split exactly as for a direct request. The reasoning comes as
-    ThinkingEvents; the content goes through the output like any standard text."""
+    """A thinking answer, or a chat whose tool calls upstream reads with a parser of its own, made by
+    upstream's own endpoint (the client's request as it is), so that `thinking`, the content and the
+    calls are split exactly as for a direct request. The reasoning comes as ThinkingEvents, the calls
+    as ToolCallEvents; the content goes through the output like any standard text."""
     output = answer.output
     chat, body = answer.request.as_ollama(model)
     started = time.perf_counter()
@@ -155,6 +156,8 @@ async def upstream_answer(target: Target, model: str, answer: AnswerState) -> As
             part = (message.get("message") or {}) if chat else message
             if thinking := part.get("thinking"):
                 yield ThinkingEvent(thinking)
+            if calls := part.get("tool_calls"):  # read by upstream's own parser (planning.py, "tools")
+                yield ToolCallEvent(calls)
             if text := part.get("content" if chat else "response"):
                 for event in answer.emitted(output.add(text, "standard")):
                     yield event

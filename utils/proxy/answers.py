@@ -9,7 +9,7 @@ from typing import Any
 
 from utils.api.http import ndjson_line, now
 from utils.engine.decoder import SpeculativeDecoder
-from utils.engine.events import DoneEvent, GenerationError, TextEvent
+from utils.engine.events import DoneEvent, GenerationError, TextEvent, ToolCallEvent
 from utils.engine.planning import Plan
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats
@@ -17,8 +17,10 @@ from utils.engine.stats import AnswerStats
 NS = 1_000_000_000
 
 
-def _text_fields(text: str, chat: bool) -> dict[str, Any]:
-    return {"message": {"role": "assistant", "content": text}} if chat else {"response": text}
+def _text_fields(text: str, chat: bool, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    if not chat:
+        return {"response": text}
+    return {"message": {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}}
 
 
 def speculative_summary(stats: AnswerStats) -> dict[str, Any]:
@@ -35,7 +37,8 @@ def speculative_summary(stats: AnswerStats) -> dict[str, Any]:
 
 
 def final_fields(model: str, stats: AnswerStats, text: str, chat: bool) -> dict[str, Any]:
-    """The closing object's fields; `text` is the whole answer (non-streamed) or "" (streamed)."""
+    """The closing object's fields; `text` is the whole answer (non-streamed), or what only the closing
+    message carries (streamed: "", or the text a tool-call parser held back to the end)."""
     first = stats.time_to_first_token_s or 0.0
     return {
         "model": model, "created_at": now(), **_text_fields(text, chat), "done": True,
@@ -48,41 +51,52 @@ def final_fields(model: str, stats: AnswerStats, text: str, chat: bool) -> dict[
     }
 
 
-async def events(decoder: SpeculativeDecoder, request: GenerationRequest,
-                 plan: Plan | None = None) -> AsyncIterator[TextEvent | DoneEvent]:
-    """The decoder's text and final events (rounds and fallbacks are in the final statistics)."""
+Answer = AsyncIterator[TextEvent | ToolCallEvent | DoneEvent]
+
+
+async def events(decoder: SpeculativeDecoder, request: GenerationRequest, plan: Plan | None = None) -> Answer:
+    """The decoder's text, tool-call and final events (rounds and fallbacks are in the final statistics)."""
     async for event in decoder.stream(request, plan):
-        if isinstance(event, (TextEvent, DoneEvent)):
+        if isinstance(event, (TextEvent, ToolCallEvent, DoneEvent)):
             yield event
 
 
-async def messages(model: str, chat: bool, stream: AsyncIterator[TextEvent | DoneEvent],
-                   on_done: Any) -> AsyncIterator[dict[str, Any]]:
-    """Ollama's answer messages, one per text event and a closing one; a failure after the first ends
-    it with an `{"error"}` message, as Ollama does. `on_done(stats)` gets the final statistics."""
+async def messages(model: str, chat: bool, stream: Answer, on_done: Any) -> AsyncIterator[dict[str, Any]]:
+    """Ollama's answer messages, one per text or tool-call event and a closing one; a failure after the
+    first ends it with an `{"error"}` message, as Ollama does. `on_done(stats)` gets the final statistics."""
     try:
         async for event in stream:
             if isinstance(event, TextEvent):
                 yield {"model": model, "created_at": now(), **_text_fields(event.text, chat), "done": False}
+            elif isinstance(event, ToolCallEvent):
+                yield {"model": model, "created_at": now(), **_text_fields("", chat, event.calls), "done": False}
             else:
                 on_done(event.stats)
-                yield final_fields(model, event.stats, "", chat)
+                yield final_fields(model, event.stats, event.tail, chat)
     except GenerationError as error:
         yield {"error": error.message}
 
 
 async def joined(answer: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """A whole answer from its messages: (text, closing message); GenerationError if it failed."""
+    """A whole answer from its messages: (text, closing message, whose chat message has the answer's
+    tool calls); GenerationError if it failed."""
     text: list[str] = []
+    calls: list[dict[str, Any]] = []
     last: dict[str, Any] | None = None
     async for message in answer:
         if "error" in message:
             raise GenerationError(message["error"], "".join(text))
         if message.get("done"):
             last = message
-        else:
             text.append(message["message"]["content"] if "message" in message else message["response"])
+        elif "message" in message:
+            text.append(message["message"]["content"])
+            calls += message["message"].get("tool_calls") or []
+        else:
+            text.append(message["response"])
     assert last is not None, "an answer ends with a closing message"
+    if calls:
+        last["message"]["tool_calls"] = calls
     return "".join(text), last
 
 

@@ -48,7 +48,8 @@ def client_of(request: Request) -> str:
 async def passed_on(request: Request, model: str, decision: Forward, body: bytes | None) -> Response:
     """Upstream's own answer to the request, with why it went there counted."""
     state = state_of(request)
-    state.metrics.observe_forward(client_of(request), request.url.path, model, decision.code, decision.reason)
+    state.metrics.observe_forward(client_of(request), request.url.path, model, decision.code, decision.reason,
+                                  decision.tools)
     if state.local is not None:  # inside the embedded server: its own stack answers, in process
         return Inner(state.local, body)
     return await forward(request, state.upstream, body, state.drop)
@@ -94,7 +95,10 @@ async def ollama_answer(request: Request, chat: bool) -> Response:
     if isinstance(whole, Response):
         return whole
     text, last = whole
-    last["message" if chat else "response"] = {"role": "assistant", "content": text} if chat else text
+    if chat:
+        last["message"] = {**last["message"], "content": text}  # with the answer's tool calls, if any
+    else:
+        last["response"] = text
     return json_response(last)
 
 

@@ -24,6 +24,7 @@ _HELP = {
     "spec_proxy_output_tokens_total": "tokens answered by speculative generation",
     "spec_proxy_requests_total": "requests by how they were served",
     "spec_proxy_forwarded_total": "requests forwarded upstream, by reason",
+    "spec_proxy_tool_requests_total": "requests with tools or a tool history, by how they were served",
 }
 
 
@@ -39,9 +40,11 @@ class ProxyMetrics:
     def _add(self, name: str, value: float, **labels: str) -> None:
         self.counters[name][tuple(sorted(labels.items()))] += value
 
-    def observe_answer(self, client: str, endpoint: str, stats: AnswerStats) -> None:
+    def observe_answer(self, client: str, endpoint: str, stats: AnswerStats, tools: bool = False) -> None:
         labels = {"target": stats.target, "drafter": stats.drafter or "none"}
         self._add("spec_proxy_requests_total", 1, mode="speculative", endpoint=endpoint)
+        if tools:
+            self._add("spec_proxy_tool_requests_total", 1, mode="speculative", endpoint=endpoint)
         self._add("spec_proxy_output_tokens_total", stats.output_tokens, **labels)
         self._add("spec_decode_num_drafts_total", stats.drafts, **labels)
         self._add("spec_decode_num_draft_tokens_total", stats.drafted_tokens, **labels)
@@ -56,8 +59,11 @@ class ProxyMetrics:
             "tokens_per_second": stats.tokens_per_second, "reason": "",
         })
 
-    def observe_forward(self, client: str, endpoint: str, model: str, code: str, reason: str) -> None:
+    def observe_forward(self, client: str, endpoint: str, model: str, code: str, reason: str,
+                        tools: bool = False) -> None:
         self._add("spec_proxy_requests_total", 1, mode="forwarded", endpoint=endpoint)
+        if tools:
+            self._add("spec_proxy_tool_requests_total", 1, mode="forwarded", endpoint=endpoint)
         self._add("spec_proxy_forwarded_total", 1, reason=code, endpoint=endpoint)
         self.recent.appendleft({"time": time.time(), "client": client, "endpoint": endpoint, "model": model,
                                 "mode": "forwarded", "reason": reason})

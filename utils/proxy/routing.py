@@ -1,10 +1,12 @@
 """Speculate or forward: which requests the engine answers exactly, and what they ask for.
 
 A request is speculated only when every field it carries is one the engine honours exactly; any
-other field (`tools`, `images`, an option the validator would not keep exact, ...) sends it upstream
+other field (`images`, an option the validator would not keep exact, ...) sends it upstream
 unchanged, with the reason recorded. Nothing is ignored silently. `format` goes to the engine, whose
 plan speculates it where the server resumes a grammar mid-answer (in process) and passes it on
-elsewhere (planning.standard_reason).
+elsewhere (planning.standard_reason). A chat's `tools` and its history of calls and results are
+rendered by upstream's template; the answer is parsed into content and calls as upstream parses it
+(utils/tool_calls.py), or passed on where upstream uses a parser of its own (planning.py).
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ SPECULATED_OPTIONS = {"temperature", "top_k", "top_p", "min_p", "seed", "num_pre
 # Request fields the engine honours (model and stream are read here; keep_alive is passed upstream).
 # `think` is honoured by the engine's plan: a thinking model that thinks is passed on (planning.py).
 GENERATE_FIELDS = {"model", "prompt", "system", "raw", "stream", "options", "keep_alive", "think", "format"}
-CHAT_FIELDS = {"model", "messages", "stream", "options", "keep_alive", "think", "format"}
-MESSAGE_FIELDS = {"role", "content"}
+CHAT_FIELDS = {"model", "messages", "stream", "options", "keep_alive", "think", "format", "tools"}
+# What a message may carry for the template to render: an assistant's calls, a tool's result and name.
+MESSAGE_FIELDS = {"role", "content", "tool_calls", "tool_name", "tool_call_id"}
 
 
 @dataclass
@@ -34,14 +37,26 @@ class Speculation:
     request: GenerationRequest  # its options are the client's, as sent: nothing is added upstream
     stream: bool
     keep_alive: Any
+    tools: bool = False  # it carried tools or a tool history (carries_tools)
 
 
 @dataclass
 class Forward:
-    """A request for upstream: `code` is a short label for metrics, `reason` a sentence for people."""
+    """A request for upstream: `code` is a short label for metrics, `reason` a sentence for people;
+    `tools`: it carried tools or a tool history (counted apart in the metrics)."""
 
     code: str
     reason: str
+    tools: bool = False
+
+
+def carries_tools(body: Any) -> bool:
+    """Whether a chat body has `tools`, or a history of tool calls or results: an agent's request."""
+    if not isinstance(body, dict):
+        return False
+    messages = body.get("messages")
+    return bool(body.get("tools")) or (isinstance(messages, list) and any(
+        isinstance(m, dict) and (m.get("tool_calls") or m.get("role") == "tool") for m in messages))
 
 
 def plan(body: Any, chat: bool, pairs: dict[str, str], k: int | None = None) -> Speculation | Forward:
@@ -84,13 +99,19 @@ def plan(body: Any, chat: bool, pairs: dict[str, str], k: int | None = None) -> 
                 return Forward(extra[0], f"messages with `{extra[0]}` are served by upstream")
         if not messages:
             return Forward("load", "a chat without messages loads the model: upstream does that")
-        request = GenerationRequest(messages=[{"role": m.role, "content": m.content} for m in parsed.messages],
+        tools = body.get("tools") or None
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+            return Forward("invalid", "tools that are not a list of objects are upstream's to refuse")
+        kept = [{field: value for field, value in message.items() if field in MESSAGE_FIELDS and value is not None}
+                for message in messages]
+        request = GenerationRequest(messages=[{**m, "role": p.role, "content": p.content}
+                                              for m, p in zip(kept, parsed.messages)],
                                     options=sent, max_tokens=parsed.options.num_predict, k=k, think=think,
-                                    format=shape)
+                                    format=shape, tools=tools)
     else:  # a GenerateBody
         if not parsed.prompt:
             return Forward("load", "an empty prompt loads the model: upstream does that")
         request = GenerationRequest(prompt=parsed.prompt, raw=parsed.raw, system=parsed.system,
                                     options=sent, max_tokens=parsed.options.num_predict, k=k, think=think,
                                     format=shape)
-    return Speculation(model, request, parsed.stream, body.get("keep_alive"))
+    return Speculation(model, request, parsed.stream, body.get("keep_alive"), carries_tools(body))

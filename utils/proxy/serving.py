@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -30,7 +30,7 @@ from utils.engine.target import ContextFull, Target
 from utils.errors import SpecError
 from utils.proxy import answers
 from utils.proxy.metrics import ProxyMetrics
-from utils.proxy.routing import Forward, Speculation, plan
+from utils.proxy.routing import Forward, Speculation, carries_tools, plan
 
 SEEDED_REASON = "a seeded sampled answer is repeatable only in standard generation"
 CONTEXT_REASON = "the prompt is longer than the context: upstream truncates it"
@@ -112,7 +112,7 @@ class ProxyState:
 
     def answered(self, job: Speculation, client: str, endpoint: str, stats: AnswerStats) -> None:
         """A speculated answer is complete: counted in the metrics, and its keep_alive passed on."""
-        self.metrics.observe_answer(client, endpoint, stats)
+        self.metrics.observe_answer(client, endpoint, stats, tools=job.tools)
         if job.keep_alive is not None:
             asyncio.get_running_loop().create_task(self.keep_alive(job.model, job.keep_alive, job.request.options))
 
@@ -151,17 +151,17 @@ async def decide(state: ProxyState, body: Any, chat: bool, client: str, endpoint
     """Speculate (the answer, started), pass on (the reason), or refuse (upstream's status)."""
     job = plan(body, chat, state.config.pairs, state.config.k)
     if isinstance(job, Forward):
-        return job
+        return replace(job, tools=carries_tools(body))
     try:
         decoder, answer_plan = await state.planned(job.model, job.request)
         if passed := _forwarded(answer_plan):
-            return passed
+            return replace(passed, tools=carries_tools(body))
         stream = answers.events(decoder, job.request, answer_plan)
         first = await anext(stream)
     except SpecError as error:
         cause = error.cause if isinstance(error, GenerationError) else error
         if isinstance(cause, ContextFull):  # the engine never cuts a context; upstream truncates it
-            return Forward("context", CONTEXT_REASON)
+            return Forward("context", CONTEXT_REASON, carries_tools(body))
         return Refused(error.status or 500, error.message)
 
     async def replay():
