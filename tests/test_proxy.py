@@ -21,8 +21,8 @@ import httpx
 import ollama
 import pytest
 
-from tests.support.models import SMALL
-from tests.support.proxy import ROOT, proxy
+from tests.support.models import ROOT, SMALL
+from tests.support.proxy import running_proxy
 from utils.embedded.server import EmbeddedServer
 
 QWEN = "qwen2.5-coder:0.5b"
@@ -39,7 +39,7 @@ PROMPTS = [
 def proxied(server_url) -> Iterator[str]:
     """A fixed draft length: on this CPU the controller finds that verifying costs smollm2 more than
     the tokens it saves and would forward these answers, and these tests are about speculated ones."""
-    with proxy(server_url, "--pair", f"{SMALL}=lookup", "--pair", f"{QWEN}={SMALL}", "--k", "3") as url:
+    with running_proxy(server_url, "--pair", f"{SMALL}=lookup", "--pair", f"{QWEN}={SMALL}", "--k", "3") as url:
         yield url
 
 
@@ -172,7 +172,7 @@ def test_forwarded_requests_return_upstream_bytes_and_status(proxied, server_url
 
 
 def test_metrics_add_up_to_the_answers_and_name_forward_reasons(server_url):
-    with proxy(server_url, "--pair", f"{SMALL}=lookup", "--k", "3") as url:  # speculated: see `proxied`
+    with running_proxy(server_url, "--pair", f"{SMALL}=lookup", "--k", "3") as url:  # speculated: see `proxied`
         client = ollama.Client(host=url)
         answers = [raw_answer(url, "/api/generate", {"model": SMALL, "prompt": p, "options": GREEDY}) for p in PROMPTS]
         answers.append(raw_answer(url, "/api/chat", {"model": SMALL, "options": GREEDY,
@@ -214,7 +214,7 @@ def test_client_that_disconnects_leaves_no_work_upstream(tmp_path):
     try:
         direct = ollama.Client(host=upstream.url, timeout=600)
         direct.generate(model=SMALL, prompt="hi", options={"num_predict": 1})  # loaded
-        with proxy(upstream.url, "--pair", f"{SMALL}=lookup") as url:
+        with running_proxy(upstream.url, "--pair", f"{SMALL}=lookup") as url:
             body = {"model": SMALL, "prompt": "Count from 1 to 5000, one number per line.",
                     "options": {"temperature": 0, "num_predict": abandoned_tokens}}
             with httpx.stream("POST", f"{url}/api/generate", json=body, timeout=60) as response:
@@ -244,7 +244,7 @@ def test_serialising_upstream_still_gives_correct_answers_and_is_then_forwarded_
     upstream.start()
     answers = PROMPTS * 5
     try:
-        with proxy(upstream.url, "--pair", f"{SMALL}=lookup") as url:
+        with running_proxy(upstream.url, "--pair", f"{SMALL}=lookup") as url:
             through, direct = ollama.Client(host=url), ollama.Client(host=upstream.url)
             for prompt in answers:
                 assert through.generate(model=SMALL, prompt=prompt, options=GREEDY).response == \
@@ -265,7 +265,7 @@ def test_non_loopback_bind_needs_a_key_and_the_key_is_checked(server_url):
                              cwd=ROOT, capture_output=True, text=True, timeout=60,
                              env={k: v for k, v in os.environ.items() if k != "SPEC_API_KEY"})
     assert refused.returncode == 2 and "SPEC_API_KEY" in refused.stderr
-    with proxy(server_url, "--pair", f"{SMALL}=lookup", env={"SPEC_API_KEY": "s3cret"}) as url:
+    with running_proxy(server_url, "--pair", f"{SMALL}=lookup", env={"SPEC_API_KEY": "s3cret"}) as url:
         assert httpx.get(f"{url}/api/tags").status_code == 401
         assert "error" in httpx.get(f"{url}/api/tags").json()
         keyed = ollama.Client(host=url, headers={"Authorization": "Bearer s3cret"})
@@ -285,7 +285,7 @@ def test_cors_allows_local_origins_like_ollama(proxied):
 def test_without_pairs_every_model_gets_suffix_decoding_and_the_target_its_draft(server_url):
     """What `cli.py proxy --upstream URL` alone gives: suffix decoding for every model upstream has (the
     measured better model-free drafter), the configured draft model for the configured target."""
-    with proxy(server_url, env={"SPEC_TARGET_MODEL": QWEN, "SPEC_DRAFT_MODEL": SMALL}) as url:
+    with running_proxy(server_url, env={"SPEC_TARGET_MODEL": QWEN, "SPEC_DRAFT_MODEL": SMALL}) as url:
         pairs = httpx.get(f"{url}/api/proxy/recent").json()["pairs"]
         models = [model.model for model in ollama.Client(host=server_url).list().models]
         assert pairs == {model: SMALL if model == QWEN else "suffix" for model in models}

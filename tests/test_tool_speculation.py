@@ -14,7 +14,7 @@ import openai
 import pytest
 
 from tests.support.models import DRAFT, TARGET
-from tests.support.proxy import proxy
+from tests.support.proxy import running_proxy
 
 OFF = {"X-Speculation": "off"}
 OPTIONS = {"temperature": 0, "num_predict": 200}
@@ -93,7 +93,7 @@ def test_the_openai_sdk_and_langchain_with_tools_get_the_same_answers_speculated
 
 
 def test_a_tool_chat_is_speculated_through_the_proxy_and_answers_as_upstream(server_url):
-    with proxy(server_url, "--pair", f"{DRAFT}=lookup", "--k", "3") as url:
+    with running_proxy(server_url, "--pair", f"{DRAFT}=lookup", "--k", "3") as url:
         assert list(ollama_answers(url, DRAFT, {})) == list(ollama_answers(server_url, DRAFT, {}))
         text = httpx.get(f"{url}/metrics", timeout=30).text
         assert 'spec_proxy_tool_requests_total{endpoint="/api/chat",mode="speculative"} 2' in text

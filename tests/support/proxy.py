@@ -1,4 +1,4 @@
-"""`cli.py proxy` started as a user starts it, for the tests that drive it with real clients."""
+"""`python cli.py proxy`, started as a user would, on a free port, and stopped by its pid."""
 
 from __future__ import annotations
 
@@ -7,16 +7,15 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
+from tests.support.models import ROOT
 from utils.processes import free_port, stop_process, wait_until_healthy
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
-def proxy(upstream: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
-    """`python cli.py proxy` on a free port, stopped by pid whatever happens."""
+def running_proxy(upstream: str, *args: str, env: dict[str, str] | None = None) -> Iterator[str]:
+    """The proxy's URL; its log goes to artifacts/tmp/ where that folder exists; `SPEC_API_KEY` in
+    `env` is sent with the health check."""
     port = free_port()
     log = open(ROOT / "artifacts" / "tmp" / f"proxy-{port}.log", "wb") if (ROOT / "artifacts" / "tmp").is_dir() \
         else subprocess.DEVNULL
@@ -31,3 +30,5 @@ def proxy(upstream: str, *args: str, env: dict[str, str] | None = None) -> Itera
         yield f"http://127.0.0.1:{port}"
     finally:
         stop_process(process, grace=10)
+        if log is not subprocess.DEVNULL:
+            log.close()
