@@ -29,6 +29,7 @@ import json
 import math
 import random
 import re
+from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
@@ -101,21 +102,28 @@ def _find_object(obj: dict[str, Any], tool_name: str) -> tuple[dict[str, Any] | 
     return None, False
 
 
-def find_arguments(tool_name: str, buffer: str) -> tuple[dict[str, Any] | None, int]:
-    """tools.go findArguments: the first balanced {...} in `buffer` (quotes and escapes respected)
-    that is valid JSON, read for the arguments of `tool_name`, or the whole object when none are
-    found in it; with the index of its closing brace. (None, 0) while there is none."""
-    start, braces, in_string, escaped = -1, 0, False, False
-    for i, c in enumerate(buffer):
+def _structural(text: str) -> Iterator[tuple[int, str]]:
+    """The characters of `text` outside JSON strings, with their index, as tools.go's scans read them:
+    a backslash escapes the next character anywhere, a quote opens or closes a string."""
+    in_string = escaped = False
+    for i, c in enumerate(text):
         if escaped:
             escaped = False
         elif c == "\\":
             escaped = True
         elif c == '"':
             in_string = not in_string
-        elif in_string:
-            continue
-        elif c == "{":
+        elif not in_string:
+            yield i, c
+
+
+def find_arguments(tool_name: str, buffer: str) -> tuple[dict[str, Any] | None, int]:
+    """tools.go findArguments: the first balanced {...} in `buffer` (quotes and escapes respected)
+    that is valid JSON, read for the arguments of `tool_name`, or the whole object when none are
+    found in it; with the index of its closing brace. (None, 0) while there is none."""
+    start, braces = -1, 0
+    for i, c in _structural(buffer):
+        if c == "{":
             if braces == 0:
                 start = i
             braces += 1
@@ -223,17 +231,11 @@ class ToolCallParser:
         pair = {"{": "{}", "[": "[]"}.get(self.tag)
         if pair is None:
             return False
-        count, in_string, escaped = 0, False, False
-        for c in self.buffer:
-            if escaped:
-                escaped = False
-            elif c == "\\":
-                escaped = True
-            elif c == '"':
-                in_string = not in_string
-            elif not in_string and c == pair[0]:
+        count = 0
+        for _, c in _structural(self.buffer):
+            if c == pair[0]:
                 count += 1
-            elif not in_string and c == pair[1]:
+            elif c == pair[1]:
                 count -= 1
                 if count == 0:
                     return True

@@ -119,17 +119,15 @@ async def show(body: ShowBody, request: Request) -> dict[str, Any]:
     }
 
 
-async def unloaded(models: LoadedModels, body: GenerateBody | ChatBody, empty: bool, *, chat: bool) -> Response | None:
-    """Ollama's checks, then its answer to an empty request with keep_alive 0: the model unloaded."""
+async def loaded(request: Request, body: GenerateBody | ChatBody, empty: bool, *,
+                 chat: bool) -> Response | tuple[ModelRunner, float, bool | None]:
+    """After Ollama's checks: its answer to an empty request with keep_alive 0 (the model unloaded),
+    else the request's model, loaded (its Modelfile parameters under the request's options), the load
+    time, and the request's think mode for it."""
+    models = state_of(request).models
     body.check()
     if empty and await models.unload_now(body.model, body.keep_alive):
         return final_response(body.model, "unload", None, 0.0, chat=chat, stream=body.stream)
-    return None
-
-
-async def loaded(models: LoadedModels, body: GenerateBody | ChatBody) -> tuple[ModelRunner, float, bool | None]:
-    """The request's model, loaded (its Modelfile parameters under the request's options), the
-    load time, and the request's think mode for it."""
     runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
     body.options = body.options.under(runner.parameters)
     think = think_mode(body.model, runner.metadata.get("tokenizer.chat_template"), _think(body))
@@ -139,10 +137,9 @@ async def loaded(models: LoadedModels, body: GenerateBody | ChatBody) -> tuple[M
 
 @router.post("/api/generate")
 async def generate(body: GenerateBody, request: Request) -> Response:
-    models = state_of(request).models
-    if (done := await unloaded(models, body, not body.prompt, chat=False)) is not None:
-        return done
-    runner, load, think = await loaded(models, body)
+    if isinstance(ready := await loaded(request, body, not body.prompt, chat=False), Response):
+        return ready
+    runner, load, think = ready
     refuse_unsupported(body.model_extra or {})
     refuse_template_and_context(body.template, body.context)
     if body.suffix:
@@ -163,10 +160,9 @@ async def generate(body: GenerateBody, request: Request) -> Response:
 
 @router.post("/api/chat")
 async def chat(body: ChatBody, request: Request) -> Response:
-    models = state_of(request).models
-    if (done := await unloaded(models, body, not body.messages, chat=True)) is not None:
-        return done
-    runner, load, think = await loaded(models, body)
+    if isinstance(ready := await loaded(request, body, not body.messages, chat=True), Response):
+        return ready
+    runner, load, think = ready
     tools = chat_tools(runner, body)
     messages = [m.model_dump() for m in body.messages]
     refuse_unsupported(body.model_extra or {}, messages)

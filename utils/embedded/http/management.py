@@ -73,14 +73,19 @@ def _statuses(lines: list[dict[str, Any]], stream: bool) -> Response:
     return ndjson_response(out())
 
 
+def _named(body: PullBody | NameBody) -> tuple[str, str]:
+    """The name a request gives (`model`, else `name`) and its canonical form; Ollama's 400 if invalid."""
+    requested = body.model or body.name
+    if (canonical := names.canonical(requested)) is None:
+        raise ApiError(f'name "{requested}" is invalid', 400)
+    return requested, canonical
+
+
 @router.post("/api/pull")
 async def pull(body: PullBody, request: Request) -> Response:
     state = state_of(request)
     store, pulls = state.store, state.pulls
-    requested = body.model or body.name
-    wanted = names.canonical(requested)
-    if wanted is None:
-        raise ApiError(f'name "{requested}" is invalid', 400)
+    _, wanted = _named(body)
     if wanted not in store.catalogue:
         known = ", ".join(store.catalogue)
         raise ApiError(f"pull model manifest: file does not exist: '{wanted}' is not in the embedded "
@@ -140,9 +145,7 @@ async def pull(body: PullBody, request: Request) -> Response:
 async def delete(body: NameBody, request: Request) -> Response:
     state = state_of(request)
     models, store = state.models, state.store
-    requested = body.model or body.name
-    if names.canonical(requested) is None:
-        raise ApiError(f'name "{requested}" is invalid', 400)
+    requested, _ = _named(body)
     try:
         name = store.spec(requested).name
     except ModelError:
