@@ -14,7 +14,7 @@ settings for the answer travel as headers, and each is applied or refused, never
 
 Every answer is the engine's then, standard ones too (drafter `none`, a thinking model, `format`, an
 answer the controller keeps standard), so that each carries its statistics; what the engine does not
-answer (`tools`, images, options it does not keep exact) is refused with a 400 and the reason, as is
+answer (images, options it does not keep exact) is refused with a 400 and the reason, as is
 a request that is not streamed. A failure after the first line ends the stream with Ollama's
 `{"error": ...}` line, with the status the error would have had.
 """
