@@ -31,7 +31,7 @@ def failure(status: int, message: str) -> Response:
     return json_response(openai.error_body(message, openai.error_type(status)), status)
 
 
-async def _ollama_messages(chunks: AsyncIterable[str | bytes | memoryview]) -> AsyncIterator[dict[str, Any]]:
+async def ollama_messages(chunks: AsyncIterable[str | bytes | memoryview]) -> AsyncIterator[dict[str, Any]]:
     """An NDJSON body (a StreamingResponse's `body_iterator`) as the messages it carries."""
     buffer = b""
     try:
@@ -48,18 +48,24 @@ async def _ollama_messages(chunks: AsyncIterable[str | bytes | memoryview]) -> A
             await chunks.aclose()  # a client that left stops the generation behind it
 
 
+def failure_message(response: Response) -> str | None:
+    """The error message of an Ollama handler's response that is not a 200 (None for a 200)."""
+    if response.status_code == 200:
+        return None
+    try:
+        return str(json.loads(response.body).get("error", ""))
+    except (AttributeError, ValueError):
+        return f"request failed with status {response.status_code}"
+
+
 def as_openai(response: Response, reply: openai.Reply, stream: bool, include_usage: bool) -> Response:
     """An Ollama handler's response in OpenAI's shape."""
-    if response.status_code != 200:
-        try:
-            message = json.loads(response.body).get("error", "")
-        except (AttributeError, ValueError):
-            message = f"request failed with status {response.status_code}"
+    if (message := failure_message(response)) is not None:
         return failure(response.status_code, message)
     if isinstance(response, StreamingResponse):
         if not stream:  # a body the handler streamed anyway (never for stream: false): joined
             raise ApiError("the answer was streamed where a whole one was asked for", 500)
-        messages = _ollama_messages(response.body_iterator)
+        messages = ollama_messages(response.body_iterator)
         return StreamingResponse(reply.sse(messages, include_usage), media_type="text/event-stream")
     final = json.loads(response.body)
     text = (final.get("message") or {}).get("content", "") if reply.chat else final.get("response", "")

@@ -3,9 +3,10 @@
 Module-level routes (as vLLM's api_router) over one `ProxyState` on `app.state.proxy`; what each answer
 becomes is decided in one place, serving.decide. `/api/generate` and `/api/chat` for a target with a
 paired drafter run the speculative engine against the upstream server (the draft on `draft_host` if
-given); `/v1/completions` and `/v1/chat/completions` do the same through OpenAI's shapes; every other
-request goes upstream unchanged. `GET /metrics` serves Prometheus counters; `GET /api/proxy/recent` the
-latest requests for the app's traffic page.
+given); `/v1/completions` and `/v1/chat/completions` do the same through OpenAI's shapes, and
+`/v1/messages` (Anthropic) and `/v1/responses` (OpenAI Responses) through theirs, as the chats they
+translate to (utils/api/shaped_routes.py); every other request goes upstream unchanged. `GET /metrics`
+serves Prometheus counters; `GET /api/proxy/recent` the latest requests for the app's traffic page.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from typing import Any
 from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
-from utils.api import openai
 from utils.api.cors import add_cors
 from utils.api.http import MAX_BODY_BYTES, NDJSON, client_gone, json_response
+from utils.api.shaped_routes import MESSAGES, OPENAI_CHAT, OPENAI_COMPLETION, RESPONSES, Shape
 from utils.burst import events_asked, opted_out
 from utils.engine.events import GenerationError
 from utils.proxy import answers
@@ -103,30 +104,43 @@ async def ollama_answer(request: Request, chat: bool) -> Response:
 
 
 async def openai_answer(request: Request, chat: bool) -> Response:
+    return await shaped_answer(request, OPENAI_CHAT if chat else OPENAI_COMPLETION)
+
+
+async def shaped_answer(request: Request, shape: Shape) -> Response:
+    """A request in another API's shape (OpenAI's, Anthropic's Messages, OpenAI's Responses), decided as
+    the Ollama body it translates to and answered in its own shape. A request the translation refuses
+    goes upstream, whose own layer answers it its way."""
     if opted_out(request.headers):
         return await passed_on(request, "", OPTED_OUT, None)
     body_bytes = await request.body()
     try:
         body = json.loads(body_bytes)
-        translated = openai.chat_body(body) if chat else openai.completion_body(body)
-    except (ValueError, openai.OpenAIError) as error:  # upstream's own layer answers these its way
+        translated = shape.translate(body)
+    except ValueError as error:  # the translations' refusals (OpenAIError, AnthropicError) are ValueErrors
         return await passed_on(request, "", Forward("invalid", str(error)), body_bytes)
-    decision = await decide(state_of(request), translated, chat, client_of(request), request.url.path)
+    decision = await decide(state_of(request), translated, shape.chat, client_of(request), request.url.path)
+    if isinstance(decision, Refused) and (relaxed := shape.relax(translated, decision.message)) is not None:
+        decision = await decide(state_of(request), relaxed, shape.chat, client_of(request), request.url.path)
     if isinstance(decision, Forward):
         return await passed_on(request, translated["model"], decision, body_bytes)
-    if isinstance(decision, Refused):  # Ollama's {"error"} becomes OpenAI's error object
-        return json_response(openai.error_body(decision.message), decision.status)
-    reply = openai.Reply(decision.job.model, chat)
+    if isinstance(decision, Refused):  # Ollama's {"error"} in the shape's error object
+        return shape.failure(decision.status, decision.message)
+    reply = shape.reply(decision.job.model, body)
     if decision.job.stream:
-        usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        return StreamingResponse(reply.sse(decision.messages, usage), media_type="text/event-stream")
-    whole = await _whole(request, decision.messages)
+        return shape.stream(reply, decision.messages)
+    whole = await _whole(request, decision.messages, shape.failure)
     if isinstance(whole, Response):
         return whole
     return json_response(reply.whole(*whole))
 
 
-async def _whole(request: Request, messages: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, Any]] | Response:
+def _ollama_failure(status: int, message: str) -> Response:
+    return json_response({"error": message}, status)
+
+
+async def _whole(request: Request, messages: AsyncIterator[dict[str, Any]],
+                 failure: Callable[[int, str], Response] = _ollama_failure) -> tuple[str, dict[str, Any]] | Response:
     """A non-streamed answer, joined. A client that goes away stops the work (the answer's generators
     are closed, which closes their upstream requests)."""
     work = asyncio.get_running_loop().create_task(answers.joined(messages))
@@ -141,8 +155,8 @@ async def _whole(request: Request, messages: AsyncIterator[dict[str, Any]]) -> t
         return Response(status_code=499)
     try:
         return work.result()
-    except GenerationError as error:
-        return json_response({"error": error.message}, error.status or 500)
+    except GenerationError as error:  # in the answer's shape
+        return failure(error.status or 500, error.message)
 
 
 async def passthrough(request: Request) -> Response:
@@ -150,9 +164,10 @@ async def passthrough(request: Request) -> Response:
     return await passed_on(request, "", Forward("endpoint", f"{code} is not speculated"), None)
 
 
-def _answering(handler: Callable[[Request, bool], Awaitable[Response]], chat: bool):
+def _answering(handler: Callable[[Request, Any], Awaitable[Response]], how: Any):
+    """A route for `handler(request, how)`: `how` is whether it chats, or the API's shape."""
     async def endpoint(request: Request) -> Response:
-        return await handler(request, chat)
+        return await handler(request, how)
     return endpoint
 
 
@@ -161,6 +176,8 @@ for _path, _handler, _chat in (("/api/generate", ollama_answer, False), ("/api/c
                                ("/v1/completions", openai_answer, False),
                                ("/v1/chat/completions", openai_answer, True)):
     router.add_api_route(_path, _answering(_handler, _chat), methods=["POST"])
+for _shape in (MESSAGES, RESPONSES):  # Anthropic's Messages and OpenAI's Responses, translated to chats
+    router.add_api_route(_shape.path, _answering(shaped_answer, _shape), methods=["POST"])
 router.add_api_route("/{path:path}", passthrough, methods=["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"])
 
 

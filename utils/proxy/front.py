@@ -1,12 +1,13 @@
 """The embedded server's speculating front (`cli.py serve`): the proxy's answers, made in process.
 
 An ASGI middleware of the embedded server's app (utils/embedded/http/api.py `create_app(front=...)`),
-outside the server's own stack and inside its CORS. `/api/generate`, `/api/chat`, `/v1/completions`
-and `/v1/chat/completions` go through the very routes of the proxy (app.py: `decide`, the same
-routing, statistics, `speculative` object and `/metrics`), but the engine verifies on the server's
-in-process target (no HTTP and no JSON per round), and what is not speculated is handed down to the
-server's own stack, in process, as it came. A request with `X-Speculation: off` (utils/burst.py),
-such as each of the engine's own requests over HTTP, goes straight down without its body being read.
+outside the server's own stack and inside its CORS. `/api/generate`, `/api/chat`, `/v1/completions`,
+`/v1/chat/completions`, `/v1/messages` and `/v1/responses` go through the very routes of the proxy
+(app.py: `decide`, the same routing, statistics, `speculative` object and `/metrics`), but the engine
+verifies on the server's in-process target (no HTTP and no JSON per round), and what is not
+speculated is handed down to the server's own stack, in process, as it came. A request with
+`X-Speculation: off` (utils/burst.py), such as each of the engine's own requests over HTTP, goes
+straight down without its body being read.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from utils.api.http import json_response
+from utils.api.shaped_routes import MESSAGES, RESPONSES
 from utils.burst import opted_out
 from utils.engine.target import Target
-from utils.proxy.app import ollama_answer, openai_answer, prometheus, recent
+from utils.proxy.app import ollama_answer, openai_answer, prometheus, recent, shaped_answer
 from utils.proxy.serving import ProxyConfig, ProxyState
 
 Route = Callable[[Request], Awaitable[Response]]
@@ -30,6 +32,8 @@ ROUTES: dict[tuple[str, str], Route] = {
     ("POST", "/api/chat"): lambda request: ollama_answer(request, True),
     ("POST", "/v1/completions"): lambda request: openai_answer(request, False),
     ("POST", "/v1/chat/completions"): lambda request: openai_answer(request, True),
+    ("POST", MESSAGES.path): lambda request: shaped_answer(request, MESSAGES),
+    ("POST", RESPONSES.path): lambda request: shaped_answer(request, RESPONSES),
     ("GET", "/metrics"): prometheus,
     ("GET", "/api/proxy/recent"): recent,
 }

@@ -28,6 +28,7 @@ from utils.api.direct import DirectRoutes
 from utils.api.http import ApiError, BodyLimit, JSONResponse, install_error_handlers, json_response, now
 from utils.api.openai_routes import install_openai
 from utils.api.schemas import ChatBody, GenerateBody, ShowBody
+from utils.api.shaped_routes import install_shaped
 from utils.embedded.http import burst_api, embeddings, management
 from utils.embedded.http.answer import CountArrivals, answer, final_response
 from utils.embedded.http.capabilities import (
@@ -224,6 +225,7 @@ def create_app(store: ModelStore, threads: int = 2, batch: bool = True, fast_bat
     for routes in (embeddings.router, management.router, burst_api.router, router):  # in the order they match
         app.include_router(routes)
     install_openai(app, chat, generate, functools.partial(model_entries, store))
+    install_shaped(app, chat)  # /v1/messages and /v1/responses, through the same chat handler
     # Middleware, innermost first. The requests of a speculative round skip FastAPI's stack (direct.py).
     app.add_middleware(BodyLimit)
     app.add_middleware(DirectRoutes, routes={"/api/generate": (GenerateBody, generate),
