@@ -34,7 +34,8 @@ The matching rule, for each request:
 
 A match answers the recorded status, Content-Type and body bytes: with Content-Length, or chunked
 where Ollama sent it chunked; an NDJSON body (application/x-ndjson) one line per chunk, flushed line
-by line. Left out of the copy: 03's verbose show (the whole vocabulary, 1.4 MB gzipped).
+by line; an event stream (text/event-stream: 29-36's /v1/messages and /v1/responses) in one piece.
+Left out of the copy: 03's verbose show (the whole vocabulary, 1.4 MB gzipped).
 """
 
 from __future__ import annotations
@@ -63,7 +64,8 @@ EXCHANGES: dict[str, tuple[str, str]] = {
     "16": ("POST", "/api/generate"), "17": ("POST", "/api/generate"), "18": ("POST", "/api/show"),
     "19": ("POST", "/api/chat"), "20": ("GET", "/api/ps"), "21": ("POST", "/api/generate"),
     **{f"{n}": ("POST", "/api/chat") for n in range(22, 27)}, "27": ("POST", "/v1/chat/completions"),
-    "28": ("POST", "/v1/chat/completions"),
+    "28": ("POST", "/v1/chat/completions"), **{f"{n}": ("POST", "/v1/messages") for n in range(29, 33)},
+    **{f"{n}": ("POST", "/v1/responses") for n in range(33, 37)},
     **{f"{n}": ("POST", "/api/generate") for n in range(63, 68)}, "68": ("POST", "/api/chat"),
     "69": ("POST", "/api/chat"), "70": ("POST", "/v1/chat/completions"),
 }
@@ -85,9 +87,11 @@ class Exchange:
     body: bytes
 
     def json(self) -> Any:
-        """The recorded answer as JSON (a list of messages for NDJSON)."""
+        """The recorded answer as JSON (a list of messages for NDJSON, of events for an event stream)."""
         if self.content_type.startswith("application/x-ndjson"):
             return [json.loads(line) for line in self.body.splitlines() if line.strip()]
+        if self.content_type.startswith("text/event-stream"):
+            return sse_events(self.body.decode())
         return json.loads(self.body)
 
 
@@ -123,6 +127,17 @@ def load(name: str) -> Exchange:
         bool(re.search(r"(?im)^transfer-encoding:\s*chunked", headers)),
         (RECORDED / f"{name}.response").read_bytes(),
     )
+
+
+def sse_events(text: str) -> list[dict[str, Any]]:
+    """Server-sent events (`event: NAME` and `data: JSON` lines, a blank line after each) as
+    {"event": NAME, "data": the JSON}, in order."""
+    events = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+        if "data" in fields:
+            events.append({"event": fields.get("event", "message"), "data": json.loads(fields["data"])})
+    return events
 
 
 def names() -> list[str]:
