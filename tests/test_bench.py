@@ -118,7 +118,7 @@ def test_an_agent_session_step_by_step_reported_by_kind_and_session(server_url, 
     prompts = tmp_path / "agents.jsonl"
     prompts.write_text(json.dumps({**session, "results": session["results"][:1]}) + "\n")
     config = BenchConfig(prompts_file=prompts, target=TARGET, drafters=["lookup"], out_dir=tmp_path / "run",
-                         host=server_url, max_tokens=12)
+                         host=server_url, max_tokens=16)
     out = run_bench(Settings(data_dir=tmp_path), config)
     runs = json.loads((out / "results.json").read_text())["runs"]
     assert sorted((r["prompt_id"], r["drafter"]) for r in runs) == [

@@ -37,6 +37,13 @@ def test_a_session_is_one_prompt_per_step_with_its_tools(tmp_path) -> None:
     assert all(s["tools"] == TOOLS and s["max_tokens"] == 64 and s["chat"] for s in steps)
 
 
+def test_a_sessions_finish_asks_for_the_final_answer_after_the_last_result(tmp_path) -> None:
+    steps = _load(tmp_path, {**SESSION, "finish": "Now summarize."})
+    assert steps[2]["said"] == [{"role": "tool", "tool_name": "run_tests", "content": "1 passed"},
+                                {"role": "user", "content": "Now summarize."}]
+    assert steps[1]["said"] == [{"role": "tool", "tool_name": "read_file", "content": "def f(): return 1\n"}]
+
+
 def test_each_step_follows_the_configurations_own_answers_and_the_scripted_results(tmp_path) -> None:
     steps = _load(tmp_path, SESSION)
     answers = ('{"name": "read_file", "arguments": {"path": "f.py"}}', '{"name": "run_tests", "arguments": {}}')
@@ -55,6 +62,7 @@ def test_each_step_follows_the_configurations_own_answers_and_the_scripted_resul
     ({"results": ["just text"]}, "result 1 is not {tool_name, content}"),
     ({"task": " "}, "the task is empty"),
     ({"system": None}, "missing system"),
+    ({"finish": ["not", "text"]}, "finish is not a user message's text"),
 ])
 def test_a_broken_session_is_reported_with_its_line(tmp_path, change: dict, problem: str) -> None:
     broken = {key: value for key, value in {**SESSION, **change}.items() if value is not None}
@@ -65,7 +73,7 @@ def test_a_broken_session_is_reported_with_its_line(tmp_path, change: dict, prob
 def test_the_shipped_agent_sessions() -> None:
     sessions_ = [json.loads(line) for line in (ROOT / "prompts" / "agents.jsonl").read_text().splitlines()]
     assert len(sessions_) >= 8 and len({s["id"] for s in sessions_}) == len(sessions_)
-    assert all(4 <= len(s["results"]) + 1 <= 8 for s in sessions_)
+    assert all(4 <= len(s["results"]) + 1 <= 8 and s["finish"] for s in sessions_)
     names = {tool["function"]["name"] for s in sessions_ for tool in s["tools"]}
     assert names == {"read_file", "write_file", "replace_in_file", "run_tests", "search"}
     results = [r for s in sessions_ for r in s["results"]]

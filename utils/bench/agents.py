@@ -2,10 +2,11 @@
 
 A session is one JSON line: `id`, `category`, `system` (the agent's instructions), `tools` (Ollama's
 tool schemas), `task` (the user's request) and `results`: the scripted tool results, one per step
-after the first, each `{"tool_name": ..., "content": ...}`. Step 1 asks the system prompt and the
-task; step N asks the same history plus the configuration's own answer to step N-1 (as the
-assistant's content, a tool call included, as Ollama returns a small model's bare-JSON call) and
-result N-1 as a `tool` message. The results are scripted: they do not depend on what the model called.
+after the first, each `{"tool_name": ..., "content": ...}`; optionally `finish`, a user message after
+the last result that asks for the final answer. Step 1 asks the system prompt and the task; step N
+asks the same history plus the configuration's own answer to step N-1 (as the assistant's content, a
+tool call included, as Ollama returns a small model's bare-JSON call) and result N-1 as a `tool`
+message. The results are scripted: they do not depend on what the model called.
 
 What a step is comes from its answer, after the fact (`step_kind`): a write_file call carrying a
 file's content ("file write"), any other tool call ("call"), or no call ("final answer").
@@ -47,6 +48,8 @@ def session_problems(session: dict[str, Any]) -> list[str]:
             problems.append(f"result {number} is from '{result['tool_name']}', not one of the session's tools")
     if not str(session["task"]).strip():
         problems.append("the task is empty")
+    if not isinstance(session.get("finish", ""), str):
+        problems.append("finish is not a user message's text")
     return problems
 
 
@@ -54,6 +57,8 @@ def session_steps(session: dict[str, Any]) -> list[dict[str, Any]]:
     """A session (with no `session_problems`) as one prompt per step, of category STEP, in order."""
     said = [[{"role": "system", "content": session["system"]}, {"role": "user", "content": session["task"]}]]
     said += [[{"role": "tool", "tool_name": r["tool_name"], "content": r["content"]}] for r in session["results"]]
+    if session.get("finish"):
+        said[-1].append({"role": "user", "content": session["finish"]})
     return [{"id": f"{session['id']}/{number}", "category": STEP, "conversation": session["id"],
              "kind": session["category"], "turn": number, "said": messages, "prompt": messages[-1]["content"],
              "chat": True, "tools": session["tools"],
