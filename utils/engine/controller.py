@@ -196,7 +196,8 @@ class Adaptive(DraftLengthController):
 
     def can_pay(self, waits_for_closed_token: bool = False) -> bool:
         """Whether some draft length beats standard generation if every drafted token is accepted
-        (K + 1 tokens a round); True until a verification has been measured."""
+        (K + 1 tokens a round); True until a verification has been measured. A draft model's rounds
+        come in runs, so the closed stream's wait is not charged here (FreeDrafts charges it)."""
         return self._can_pay(0.0)
 
     def _can_pay(self, wait: float) -> bool:

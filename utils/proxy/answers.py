@@ -86,14 +86,11 @@ async def joined(answer: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, 
     async for message in answer:
         if "error" in message:
             raise GenerationError(message["error"], "".join(text))
+        part = message.get("message")
+        text.append(part["content"] if part is not None else message["response"])
+        calls += (part or {}).get("tool_calls") or []
         if message.get("done"):
             last = message
-            text.append(message["message"]["content"] if "message" in message else message["response"])
-        elif "message" in message:
-            text.append(message["message"]["content"])
-            calls += message["message"].get("tool_calls") or []
-        else:
-            text.append(message["response"])
     assert last is not None, "an answer ends with a closing message"
     if calls:
         last["message"]["tool_calls"] = calls

@@ -155,13 +155,13 @@ async def decide(state: ProxyState, body: Any, chat: bool, client: str, endpoint
     try:
         decoder, answer_plan = await state.planned(job.model, job.request)
         if passed := _forwarded(answer_plan):
-            return replace(passed, tools=carries_tools(body))
+            return replace(passed, tools=job.tools)
         stream = answers.events(decoder, job.request, answer_plan)
         first = await anext(stream)
     except SpecError as error:
         cause = error.cause if isinstance(error, GenerationError) else error
         if isinstance(cause, ContextFull):  # the engine never cuts a context; upstream truncates it
-            return Forward("context", CONTEXT_REASON, carries_tools(body))
+            return Forward("context", CONTEXT_REASON, job.tools)
         return Refused(error.status or 500, error.message)
 
     async def replay():
