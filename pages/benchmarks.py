@@ -9,9 +9,12 @@ from utils.app.benchmarks import (
     DEFAULT_REPEATS,
     ProgressText,
     estimate_panel,
+    speedup_figure,
+    summary_markdown,
     summary_table,
 )
 from utils.app.runtime import PROJECT_DIR, current, explain
+from utils.app.sidebar import default_drafter
 from utils.bench import report
 from utils.bench import runner as bench
 from utils.engine.drafters import model_free_drafters
@@ -31,7 +34,8 @@ if server is not None and choices is not None:
     chosen_categories = st.multiselect("Categories", categories, default=categories, key="bench_categories")
     target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="bench_target")
     drafters = st.multiselect("Drafters", [*model_free_drafters(), *server.models], key="bench_drafters",
-                              default=[choices.drafter] if choices.speculative else list(model_free_drafters())[:1])
+                              default=[choices.drafter] if choices.speculative
+                              else [default_drafter(settings, target, list(model_free_drafters()))])
     left, middle, right, last = st.columns(4)
     limit = left.number_input("Prompts per category (0: all)", 0, 1000, DEFAULT_PROMPTS_PER_CATEGORY,
                               key="bench_limit")
@@ -41,8 +45,9 @@ if server is not None and choices is not None:
     ks = right.multiselect("Draft lengths", ["auto", "2", "4", "6", "8"], default=["auto"], key="bench_ks")
     max_tokens = last.number_input("Max tokens per answer (0: as the prompt set says)", 0, 4096, 0,
                                    key="bench_max_tokens")
-    # No out_dir: each run gets a new dated folder under the data folder, listed below.
-    config = bench.BenchConfig(prompts_file=prompts_path, target=target, drafters=drafters, ks=ks,
+    # No out_dir: each run gets a new dated folder under the data folder, listed below. host: the app's
+    # own server (or OLLAMA_HOST's), never a second embedded server of the benchmark's own.
+    config = bench.BenchConfig(prompts_file=prompts_path, target=target, drafters=drafters, ks=ks, host=server.url,
                                repeat=int(repeat), limit=int(limit) or None, max_tokens=int(max_tokens) or None,
                                categories=chosen_categories)
     ready = bool(chosen_categories and drafters and ks)
@@ -71,9 +76,16 @@ shown = st.session_state.get("bench_run")
 chosen = st.selectbox("Run", names, index=names.index(shown) if shown in names else 0,
                       format_func=lambda path: Path(path).name)
 run = bench.load_run(Path(chosen))
+speedups, left_out = speedup_figure(run["summary"])
+if speedups is not None:
+    st.plotly_chart(speedups, key="bench-speedup")
+if left_out:
+    st.caption("No speed-up drawn for: " + "; ".join(left_out) + ".")
 for name, figure in report.figures(run).items():
-    st.plotly_chart(figure, key=f"bench-{name}")
+    if name != "speedup":  # drawn above, where it was measured beyond noise only
+        st.plotly_chart(figure, key=f"bench-{name}")
 st.dataframe(summary_table(run["summary"]), hide_index=True)
-with st.expander("Report"):
+with st.expander("The benchmark's full report (every median, noise included)"):
     st.markdown(run["report_md"])
-st.download_button("Download the report (Markdown)", run["report_md"], f"{Path(chosen).name}.md", "text/markdown")
+st.download_button("Download the summary (Markdown)", summary_markdown(run), f"{Path(chosen).name}.md",
+                   "text/markdown")

@@ -23,6 +23,6 @@ if st.button("Run both", type="primary", disabled=not prompt.strip()):
     st.session_state.compare_runs = st.session_state.get("compare_runs", 0) + 1
     standard_first = st.session_state.compare_runs % 2 == 1
     st.session_state.comparison = compare(settings, server.url, choices, prompt, standard_first, int(repeats))
-    show_comparison(st.session_state.comparison, texts=False)
-elif comparison := st.session_state.get("comparison"):
+    st.rerun()  # drawn again from the session: the whole comparison, highlighted, at once
+if comparison := st.session_state.get("comparison"):
     show_comparison(comparison)

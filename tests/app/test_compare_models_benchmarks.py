@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.support.app import REPEAT_PROMPT, open_app, short_answers
 from tests.support.models import SMALL
+from utils.app.highlight import DRAFT_COLOUR
 
 
 def test_compare_runs_both_side_by_side(data_dir):
@@ -19,8 +20,10 @@ def test_compare_runs_both_side_by_side(data_dir):
     assert not at.exception, at.exception
     assert [h.value for h in at.subheader][:2] == ["Standard", "Speculative (lookup)"]
     columns = at.columns[:2]
-    for column in columns:
-        assert "".join(m.value for m in column.markdown).strip(), "each column shows its answer"
+    for column in columns:  # each answer drawn highlighted (HTML), the speculative one's draft text on green
+        assert "".join(h.proto.body for h in column.html).strip(), "each column shows its answer"
+    assert DRAFT_COLOUR in "".join(h.proto.body for h in columns[1].html)
+    assert DRAFT_COLOUR not in "".join(h.proto.body for h in columns[0].html)
     verdicts = [s.value for s in at.success] + [w.value for w in at.warning]
     assert any("identical" in v or "differ" in v for v in verdicts)
     assert [m.label for m in at.metric][-1] == "Speed-up"
@@ -80,9 +83,14 @@ def test_compare_shows_the_median_and_spread_of_its_pairs_and_says_within_noise(
 
     at = AppTest.from_function(page, default_timeout=60).run()
     assert not at.exception, at.exception
-    assert at.metric[-1].value == "×1.20"  # the median of ×1.30, ×0.90, ×1.20
+    # The pairs' range (×0.90 – ×1.30) holds ×1.00: no headline figure, the median and range as detail.
+    assert at.metric[-1].value == "—"
+    captions = " ".join(c.value for c in at.caption)
     assert ("Speed-up over 3 pairs, each side first as often as second: median ×1.20, range ×0.90 – ×1.30 — within "
-            "noise" in " ".join(c.value for c in at.caption))
+            "noise" in captions)
+    # The tokens/s are the pairs' medians; the first pair's (shown above) are detail.
+    assert at.metric[2].value == "20.0 → 24.0"
+    assert "First pair (the texts above): 20.0 → 26.0 tokens/s." in captions
 
 
 def test_models_lists_installed_models_with_sizes(data_dir):

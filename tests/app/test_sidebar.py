@@ -26,9 +26,11 @@ def test_sidebar_shows_the_server_and_the_drafters(data_dir):
     assert "lookup" in labels and "qwen2.5-coder:0.5b" in labels
     # The target cannot draft for itself: listed, but marked unusable.
     assert f"{SMALL} (unusable)" in labels
-    # What the chosen drafter is, in words, under the box: the configured draft model by default.
-    assert at.sidebar.selectbox(key="drafter").value == "qwen2.5-coder:0.5b"
-    assert "qwen2.5-coder:0.5b: cross-tokenizer" in sidebar_text
+    # By default what `cli.py serve` pairs the target with: suffix decoding (issue 44: the configured draft
+    # model was the default, and did not pay). What the chosen drafter is, in words, under the box.
+    assert at.sidebar.selectbox(key="drafter").value == "suffix"
+    at.sidebar.selectbox(key="drafter").set_value("qwen2.5-coder:0.5b").run()
+    assert "qwen2.5-coder:0.5b: cross-tokenizer" in " ".join(c.value for c in at.sidebar.caption)
     at.sidebar.selectbox(key="drafter").set_value("lookup").run()
     assert "lookup: prompt lookup, no model" in " ".join(c.value for c in at.sidebar.caption)
 

@@ -168,9 +168,7 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     show_thinking(thinking_slot, answer.thinking)
     show_text(text_slot, answer.text, answer.pieces, highlight)
     if answer.stats and answer.stats.done_reason == "length":
-        hit_limit = 0 < request.max_tokens <= answer.stats.output_tokens
-        if not hit_limit:  # "length" before max_tokens: the server ran out of context
-            answer.note = context_full(settings)
+        answer.note = length_note(answer.stats, request.max_tokens) or context_full(settings)
     if answer.note:
         notices.error(answer.note)
     if charts and answer.stats:
@@ -178,6 +176,22 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     elif charts:
         chart_slot.empty()
     return answer
+
+
+def length_note(stats: AnswerStats, max_tokens: int) -> str | None:
+    """What an answer that stopped at the Max tokens setting says under it (it ends mid-sentence, and
+    without a note that looked like the model's own ending); None where "length" means something else
+    (the server ran out of context before Max tokens)."""
+    if not 0 < max_tokens <= stats.output_tokens:
+        return None
+    return (f"The answer stopped at Max tokens ({max_tokens}), perhaps mid-sentence: raise Max tokens in the "
+            "sidebar for a longer one.")
+
+
+def show_fallbacks(stats: AnswerStats | None) -> None:
+    """Where speculation stopped within an answer and why, each reason once, in full."""
+    for fallback in stats.fallbacks if stats else []:
+        st.info(f"After {fallback.at_token} tokens, {fallback.reason}.")
 
 
 def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
@@ -189,8 +203,7 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
         show_text(st.container(), message["content"], message.get("pieces"), highlight,
                   copy=message["role"] == "assistant")
         stats = message.get("stats")
-        for fallback in stats.fallbacks if stats else []:
-            st.info(f"After {fallback.at_token} tokens, {fallback.reason}.")
+        show_fallbacks(stats)
         if message.get("note"):
             st.warning(message["note"])
         if stats:

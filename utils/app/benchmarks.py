@@ -8,6 +8,7 @@ import math
 import time
 from typing import Any
 
+import plotly.graph_objects as go
 import streamlit as st
 
 from config import Settings
@@ -83,38 +84,86 @@ class ProgressText:
         return f"Answer {done + 1} of {total}{left} · now: {label}"
 
 
+def verdict(row: dict[str, Any]) -> str:
+    """What a summary row measured: "faster" or "slower" where the middle half of its repeats (25th to
+    75th percentile) leaves out ×1.00; else why it has no speed-up figure."""
+    if not row["drafted"]:
+        return "nothing drafted"
+    if row["runs"] < 2:
+        return "one run: no spread"
+    low, high = row["speedup_p25"], row["speedup_p75"]
+    if low <= 1.0 <= high:
+        return "within noise"
+    return "faster" if low > 1.0 else "slower"
+
+
+def measured(row: dict[str, Any]) -> bool:
+    """Whether a row's speed-up is a result (drawn and reported), not noise drawn as one."""
+    return verdict(row) in ("faster", "slower")
+
+
 def summary_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The report's summary rows, rounded and named for reading; a speed-up whose middle half of
-    repeats (25th to 75th percentile) spans ×1.00 is marked within noise, one with nothing drafted gets
-    no figure."""
+    """The report's summary rows, rounded and named for reading. A speed-up figure only where it was
+    measured beyond noise (`measured`); elsewhere the verdict says why not, and the spread stays."""
     table = []
     for row in rows:
-        if not row["drafted"]:
-            speedup, verdict = "—", "nothing drafted"
-        else:
-            speedup = f"×{row['speedup']:.2f}"
-            low, high = row["speedup_p25"], row["speedup_p75"]
-            if row["runs"] < 2:
-                verdict = "one run: no spread"
-            elif low <= 1.0 <= high:
-                verdict = "within noise"
-            else:
-                verdict = "faster" if low > 1.0 else "slower"
         table.append({
             "category": row["category"],
             "configuration": bench.describe(row["engine"], row["drafter"], row["k"]),
             "runs": row["runs"],
             "standard tokens/s": _rounded(row["standard_tps"], 1),
             "speculative tokens/s": _rounded(row["speculative_tps"], 1),
-            "speed-up (median)": speedup,
+            "speed-up (median)": f"×{row['speedup']:.2f}" if measured(row) else "—",
             "spread (25–75%)": "—" if not row["drafted"] or row["runs"] < 2
             else f"×{row['speedup_p25']:.2f} – ×{row['speedup_p75']:.2f}",
-            "verdict": verdict,
+            "verdict": verdict(row),
             "drafted tokens": row["drafted"],
             "accepted": "—" if not row["drafted"] else f"{row['acceptance']:.0%}",
             "same text as standard": f"{row['identical_rate']:.0%}",
         })
     return table
+
+
+def speedup_figure(rows: list[dict[str, Any]]) -> tuple[go.Figure | None, list[str]]:
+    """The speed-up per category and configuration, drawn only where it was measured beyond noise; and
+    one line per row left out, saying why (under the chart, in full: a chart title cuts it off)."""
+    figure = go.Figure()
+    left_out = []
+    per_category = [row for row in rows if row["category"] != "all"]
+    for configuration in dict.fromkeys((r["engine"], r["drafter"], r["k"]) for r in per_category):
+        mine = [r for r in per_category if (r["engine"], r["drafter"], r["k"]) == configuration]
+        drawn = [r for r in mine if measured(r)]
+        left_out += [f"{r['category']}, {bench.describe(*configuration)}: {verdict(r)}" for r in mine
+                     if not measured(r)]
+        if drawn:
+            figure.add_bar(name=bench.describe(*configuration), x=[r["category"] for r in drawn],
+                           y=[r["speedup"] for r in drawn],
+                           error_y={"type": "data", "symmetric": False,
+                                    "array": [r["speedup_p75"] - r["speedup"] for r in drawn],
+                                    "arrayminus": [r["speedup"] - r["speedup_p25"] for r in drawn]})
+    if not figure.data:
+        return None, left_out
+    figure.add_hline(y=1.0, line_dash="dot")
+    figure.update_layout(title="Speed-up over standard generation (median, 25–75% of repeats)",
+                         yaxis_title="× standard", barmode="group")
+    return figure, left_out
+
+
+def summary_markdown(run: dict[str, Any]) -> str:
+    """The run as the page shows it, for download: the report's header (machine, server, prompts) and
+    the summary table, a speed-up figure only where one was measured. The per-configuration tables
+    of report.md (utils/bench/report.py) print every median, noise included, so they are not copied."""
+    header = run["report_md"].split("\n## ", 1)[0].rstrip()
+    table = summary_table(run["summary"])
+    if not table:
+        return header + "\n"
+    columns = list(table[0])
+    lines = [header, "", "## Summary", "",
+             "A speed-up is given only where the middle half of the repeats (25th to 75th percentile) leaves "
+             "out ×1.00; elsewhere the verdict says why not.", "",
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join("" if row[c] is None else str(row[c]) for c in columns) + " |" for row in table]
+    return "\n".join(lines) + "\n"
 
 
 def _rounded(value: float, digits: int) -> float | None:

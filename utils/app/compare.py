@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import difflib
 import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import streamlit as st
 
 from config import Settings
-from utils.app.answer_view import Answer, answer_events, show_text, stream_answer
+from utils.app.answer_view import Answer, answer_events, show_fallbacks, show_text, stream_answer
 from utils.app.runtime import explain, run, server, store
 from utils.app.sidebar import Choices
 from utils.app.speed import no_speedup_reason, remember_baseline
@@ -18,6 +20,33 @@ from utils.engine.drafters import NONE
 from utils.engine.events import DoneEvent, GenerationError
 from utils.engine.stats import AnswerStats
 from utils.errors import SpecError
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The Compare page's speed-up: the median of the pairs' speed-ups, a figure only where the pairs
+    agree that speculation changed the speed (their range leaves out ×1.00); else why not."""
+
+    ratios: list[float]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.ratios)
+
+    @property
+    def beyond_noise(self) -> bool:
+        return len(self.ratios) > 1 and not min(self.ratios) <= 1.0 <= max(self.ratios)
+
+    def detail(self) -> str:
+        """The pairs behind the headline, in words."""
+        if len(self.ratios) == 1:
+            return (f"One pair: ×{self.ratios[0]:.2f}. One pair cannot tell a speed-up from this machine's noise: "
+                    "run 2 or more pairs for a figure.")
+        low, high = min(self.ratios), max(self.ratios)
+        verdict = "" if self.beyond_noise else (" — within noise, so no figure: the pairs disagree on whether "
+                                                 "speculation is faster")
+        return (f"Speed-up over {len(self.ratios)} pairs, each side first as often as second: median "
+                f"×{self.median:.2f}, range ×{low:.2f} – ×{high:.2f}{verdict}.")
 
 
 def compare(settings: Settings, url: str, choices: Choices, prompt: str, standard_first: bool,
@@ -34,15 +63,29 @@ def compare(settings: Settings, url: str, choices: Choices, prompt: str, standar
     for position, mode in enumerate(order):
         with columns[mode]:
             st.caption("ran first" if position == 0 else "ran second")
-            answers[mode] = stream_answer(settings, url, choices, request, charts=False,
+            answers[mode] = stream_answer(settings, url, choices, request, charts=False, highlight=True,
                                           drafter=NONE if mode == "standard" else choices.drafter)
     if answers["standard"].stats:
         remember_baseline(store(settings), url, answers["standard"].stats, "standard run on the Compare page")
     pairs = [_pair(order, answers["standard"].stats, answers["speculative"].stats)]
+    notes: list[str] = []
     if repeats > 1 and all(answer.stats for answer in answers.values()):
-        pairs += _more_pairs(settings, url, choices, request, order, repeats - 1)
-    return {"prompt": prompt, "order": order, "temperature": choices.temperature, "pairs": pairs,
+        if reason := more_pairs_skipped(answers["speculative"].stats):
+            notes.append(reason)
+        else:
+            more, failure = _more_pairs(settings, url, choices, request, order, repeats - 1)
+            pairs += more
+            notes += [failure] if failure else []
+    return {"prompt": prompt, "order": order, "temperature": choices.temperature, "pairs": pairs, "notes": notes,
             **{mode: vars(answer) for mode, answer in answers.items()}}
+
+
+def more_pairs_skipped(speculative: AnswerStats | None) -> str | None:
+    """Why the timed pairs after the first are not run: where the speculative run drafted (almost)
+    nothing, more pairs would time standard generation against itself for minutes and show nothing."""
+    if speculative is None or (reason := no_speedup_reason(speculative)) is None:
+        return None
+    return f"No more pairs were run: the speculative run {reason.replace('(why: above)', '(why: in its column)')}."
 
 
 def _pair(order: list[str], standard: AnswerStats | None, speculative: AnswerStats | None) -> dict[str, Any]:
@@ -50,9 +93,11 @@ def _pair(order: list[str], standard: AnswerStats | None, speculative: AnswerSta
 
 
 def _more_pairs(settings: Settings, url: str, choices: Choices, request, order: list[str],
-                count: int) -> list[dict[str, Any]]:
-    """`count` more pairs, timed only (nothing drawn but a progress bar), alternating the order."""
+                count: int) -> tuple[list[dict[str, Any]], str | None]:
+    """`count` more pairs, timed only (nothing drawn but a progress bar), alternating the order; and
+    why they stopped short, if they did."""
     pairs: list[dict[str, Any]] = []
+    failure = None
     bar = st.progress(0.0, text=f"Repeating the pair {count} more times, alternating which side goes first…")
     for number in range(count):
         order = order[::-1]
@@ -62,13 +107,13 @@ def _more_pairs(settings: Settings, url: str, choices: Choices, request, order: 
                 stats[mode] = timed_answer(settings, url, choices, request, NONE if mode == "standard"
                                            else choices.drafter)
         except SpecError as error:
-            st.warning(f"Repeat {number + 1} failed, so the spread covers {len(pairs) + 1} pairs: "
+            failure = (f"Repeat {number + 1} failed, so the spread covers {len(pairs) + 1} pairs: "
                        f"{explain(error, settings)}")
             break
         pairs.append(_pair(order, stats["standard"], stats["speculative"]))
         bar.progress((number + 1) / count, text=f"Pair {number + 2} of {count + 1} done")
     bar.empty()
-    return pairs
+    return pairs, failure
 
 
 def timed_answer(settings: Settings, url: str, choices: Choices, request, drafter: str) -> AnswerStats:
@@ -90,37 +135,47 @@ def speedups(pairs: list[dict[str, Any]]) -> list[float]:
             and no_speedup_reason(pair["speculative"]) is None]
 
 
-def show_comparison(result: dict[str, Any], texts: bool = True) -> None:
-    """The two answers (unless already on screen), their speeds, and whether the texts are identical."""
+def show_comparison(result: dict[str, Any]) -> None:
+    """The two answers, the accepted draft text highlighted, their speeds (the median of the pairs,
+    the first pair as detail), and whether the texts are identical."""
     standard, speculative = result["standard"], result["speculative"]
-    if texts:
-        for column, mode in zip(st.columns(2), ("standard", "speculative")):
-            answer = result[mode]
-            drafter = answer["stats"].drafter if answer["stats"] else None
-            column.subheader(f"Speculative ({drafter})" if drafter else mode.capitalize())
-            column.caption("ran first" if result["order"][0] == mode else "ran second")
-            show_text(column.container(), answer["text"], answer["pieces"], highlight=True)
-            if answer["note"]:
-                column.error(answer["note"])
+    for column, mode in zip(st.columns(2), ("standard", "speculative")):
+        answer = result[mode]
+        drafter = answer["stats"].drafter if answer["stats"] else None
+        column.subheader(f"Speculative ({drafter})" if drafter else mode.capitalize())
+        column.caption("ran first" if result["order"][0] == mode else "ran second")
+        show_text(column.container(), answer["text"], answer["pieces"], highlight=True)
+        with column:
+            show_fallbacks(answer["stats"])
+        if answer["note"]:
+            column.error(answer["note"])
+    for note in result.get("notes", []):
+        st.info(note)
     if not (standard["stats"] and speculative["stats"]):
         st.error("One of the runs failed, so there is nothing to compare: see its message above.")
         return
+    pairs = [pair for pair in result.get("pairs") or [] if pair["standard"] and pair["speculative"]]
+    pairs = pairs or [_pair(result["order"], standard["stats"], speculative["stats"])]
     first, second, rate, speedup = st.columns(4)
-    first.metric("Time to first token, standard", _seconds(standard["stats"].time_to_first_token_s))
-    second.metric("Time to first token, speculative", _seconds(speculative["stats"].time_to_first_token_s))
+    first.metric("Time to first token, standard", _seconds(_median(p["standard"].time_to_first_token_s for p in pairs)))
+    second.metric("Time to first token, speculative",
+                  _seconds(_median(p["speculative"].time_to_first_token_s for p in pairs)))
     rate.metric("Tokens/s, standard → speculative",
-                f"{standard['stats'].tokens_per_second:.1f} → {speculative['stats'].tokens_per_second:.1f}")
+                f"{_median(p['standard'].tokens_per_second for p in pairs):.1f} → "
+                f"{_median(p['speculative'].tokens_per_second for p in pairs):.1f}",
+                help="the median of the pairs" if len(pairs) > 1 else None)
+    headline = Headline(speedups(pairs))
     if reason := no_speedup_reason(speculative["stats"]):
         speedup.metric("Speed-up", "—", help="no figure where speculation hardly ran")
         st.info(f"No speed-up shown: {reason}.")
-    elif ratios := speedups(result.get("pairs") or [_pair(result["order"], standard["stats"], speculative["stats"])]):
-        speedup.metric("Speed-up", f"×{statistics.median(ratios):.2f}",
-                       help="measured just now, on the same server and target; the median of the pairs")
-        if len(ratios) > 1:
-            low, high = min(ratios), max(ratios)
-            noise = " — within noise: the pairs disagree on whether speculation is faster" if low <= 1 <= high else ""
-            st.caption(f"Speed-up over {len(ratios)} pairs, each side first as often as second: median "
-                       f"×{statistics.median(ratios):.2f}, range ×{low:.2f} – ×{high:.2f}{noise}.")
+    elif headline.ratios:
+        speedup.metric("Speed-up", f"×{headline.median:.2f}" if headline.beyond_noise else "—",
+                       help="the median of the pairs, shown where their range leaves out ×1.00")
+        st.caption(headline.detail())
+    if len(pairs) > 1:
+        shown = pairs[0]
+        st.caption(f"First pair (the texts above): {shown['standard'].tokens_per_second:.1f} → "
+                   f"{shown['speculative'].tokens_per_second:.1f} tokens/s.")
     if standard["text"] == speculative["text"]:
         st.success("The two texts are identical.")
         return
@@ -130,6 +185,11 @@ def show_comparison(result: dict[str, Any], texts: bool = True) -> None:
     diff = difflib.unified_diff(standard["text"].splitlines(), speculative["text"].splitlines(),
                                 "standard", "speculative", lineterm="")
     st.code("\n".join(diff), language="diff")
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    measured = [value for value in values if value is not None]
+    return statistics.median(measured) if measured else None
 
 
 def _seconds(value: float | None) -> str:

@@ -3,6 +3,7 @@ answer (target, drafter, draft length, sampling), returned as `Choices`."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import streamlit as st
@@ -14,16 +15,30 @@ from utils.bench.advisor import check_parallel
 from utils.engine.client import LOGPROBS_SINCE, ServerError
 from utils.engine.config import EngineConfig
 from utils.engine.drafters import NONE, model_free_drafters
+from utils.engine.drafters.suffix import SUFFIX
 from utils.engine.model_info import model_info
 from utils.engine.planning import standard_reason, verification_gate
 from utils.engine.request import GenerationRequest
 from utils.engine.tokenizers import tokenizer_relation
 from utils.errors import SpecError
 from utils.hosts import HostError
+from utils.proxy.pairs import PairError, parse_pairs
 from utils.sampling import SamplingOptions
 
 RELATION_LABELS = {"same": "same tokenizer", "cross": "cross-tokenizer", "unusable": "unusable"}
 USABLE = ("same", "cross")
+
+
+def default_drafter(settings: Settings, target: str, usable: Collection[str]) -> str:
+    """The drafter `cli.py serve` speculates `target` with: the one SPEC_PAIRS pairs it with, where it
+    can draft here, else suffix decoding (it needs no model, learns from every answer, and pays on this
+    CPU where a draft model does not: docs/performance.md). Not the configured draft model: a default
+    that does not pay was written off by the controller on the first answer (issue 44)."""
+    try:
+        paired = parse_pairs([p for p in settings.pairs.split(",") if p.strip()]).get(target)
+    except PairError:
+        paired = None  # serve refuses to start on it; here the default is the one that needs nothing
+    return paired if paired is not None and paired in usable else SUFFIX
 
 
 def relation_label(relation: str) -> str:
@@ -162,7 +177,8 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
         relations = {**{name: name for name in model_free},
                      **drafter_relations(settings, info.url, target, tuple(info.models))}
         options = list(relations)
-        wanted = settings.draft_model if relations.get(settings.draft_model) in USABLE else model_free[0]
+        wanted = default_drafter(settings, target, [name for name, relation in relations.items()
+                                                     if relation in USABLE or name in model_free])
         # Names in the box (a sidebar is narrow: longer labels were cut off), what the chosen one is under it.
         shown = {name: f"{name} (unusable)" if relation == "unusable" else name for name, relation in relations.items()}
         drafter = bar.selectbox("Drafter", options, index=remembered.index("drafter", options, wanted),

@@ -32,7 +32,9 @@ def no_speedup_reason(stats: AnswerStats, so_far: bool = False) -> str | None:
 
     A speed-up says what drafting did to the speed. An answer too short to time, or one where (almost)
     nothing was drafted, ran at standard speed plus noise: a figure there would credit or blame
-    speculation for something it did not do, so the reason is shown instead."""
+    speculation for something it did not do, so the reason is shown instead. While the answer streams
+    (`so_far`) it says only what has happened: a verdict on tokens not yet generated was contradicted
+    by answers that drafted most of their text later on (issue 44)."""
     output, drafted = stats.output_tokens, stats.drafted_tokens
     if output < MIN_TOKENS_FOR_SPEEDUP:
         if so_far:
@@ -40,12 +42,14 @@ def no_speedup_reason(stats: AnswerStats, so_far: bool = False) -> str | None:
         return f"{output} tokens is too short an answer to measure a speed-up"
     if drafted >= MIN_DRAFTED_SHARE * output:
         return None
+    if so_far:
+        return f"drafted {drafted} of {output} tokens so far"
     return f"drafted {drafted} of {output} tokens: {_why_little_drafted(stats)}"
 
 
 def _why_little_drafted(stats: AnswerStats) -> str:
-    if stats.fallbacks:
-        return stats.fallbacks[-1].reason
+    if stats.fallbacks:  # its reason is shown in full once, on its own line (show_fallbacks)
+        return f"it went standard after {stats.fallbacks[-1].at_token} tokens (why: above)"
     standard = sum(1 for r in stats.rounds if not r.k)
     if stats.rounds and standard >= len(stats.rounds) / 2:
         return "the controller found drafting did not pay here and generated normally"
@@ -68,10 +72,12 @@ def speedup_text(stats: AnswerStats, baseline: dict[str, Any] | None) -> str:
 
 
 def speedup_so_far(stats: AnswerStats, baseline: dict[str, Any] | None, rate: float | None) -> str:
-    """The chart's headline for a speculative answer: "so far" only while it streams (no done_reason yet)."""
+    """The chart's headline for a speculative answer: "so far" only while it streams (no done_reason yet).
+    A finished answer without a figure says only that: the reason is in full under the answer, once
+    (speedup_text), not cut off in a chart title."""
     live = not stats.done_reason
     if reason := no_speedup_reason(stats, so_far=live):
-        return f"no speed-up shown: {reason}"
+        return f"no speed-up yet: {reason}" if live else "no speed-up figure (why: under the answer)"
     if baseline and rate:
         return (f"speed-up{' so far' if live else ''} ×{rate / baseline['tokens_per_second']:.2f} against the "
                 "standard baseline")
