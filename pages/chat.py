@@ -83,7 +83,7 @@ if streaming is not None:
     finally:  # no Streamlit call in here: after Stop it would raise again
         conversations.add_message(conversation_id, "assistant", answer.text, pieces=answer.pieces,
                                   stats=answer.stats, note=answer.note, stopped=answer.stopped,
-                                  thinking=answer.thinking,
+                                  thinking=answer.thinking, thinking_pieces=answer.thinking_pieces,
                                   baseline=baseline if choices.speculative else None)
         streaming.saved.set()
     st.session_state.streaming = None

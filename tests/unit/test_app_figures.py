@@ -1,5 +1,6 @@
 """The app's defaults and figures, without a server (issue 44): the drafter each model gets by default,
-which speed-ups are figures and which are noise, the Compare headline, and the notes under answers."""
+which speed-ups are figures and which are noise, the Compare headline, the notes under answers, the
+conversation a reload reopens, and a thinking answer's reasoning kept highlighted (issue 42)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ from config import Settings
 from utils.app.answer_view import length_note
 from utils.app.benchmarks import measured, speedup_figure, summary_markdown, summary_table, verdict
 from utils.app.compare import Headline, more_pairs_skipped, speedups
+from utils.app.conversations import address_conversation
+from utils.app.highlight import DRAFT_SPAN, pieces_html
 from utils.app.sidebar import default_drafter
 from utils.app.speed import no_speedup_reason, speedup_so_far
+from utils.app.store import ConversationStore, stats_summary
 from utils.engine.stats import AnswerStats, Fallback, RoundRecord
 
 DRAFT = "qwen2.5-coder:0.5b"
@@ -117,3 +121,24 @@ def test_an_answer_cut_at_max_tokens_says_so():
         "The answer stopped at Max tokens (256), perhaps mid-sentence: raise Max tokens in the sidebar for a "
         "longer one.")
     assert length_note(stats(output_tokens=90, done_reason="length"), 256) is None  # the context ran out first
+
+
+def test_the_address_names_the_conversation_a_reload_reopens():
+    assert [address_conversation(v) for v in ("12", None, "", "x1", "-3")] == [12, None, None, None, None]
+
+
+# -- 6. thinking, speculated --------------------------------------------------------------------------------
+
+
+def test_a_thinking_answer_keeps_its_highlighted_reasoning_and_counts_it_apart(tmp_path):
+    store = ConversationStore(tmp_path / "c.sqlite3")
+    conversation = store.create("Is 91 prime?")
+    thought = [["A prime has no divisor", "standard"], [" other than 1", "draft"], [" and itself.", "bonus"]]
+    answer = stats(output_tokens=40, thinking_tokens=30)
+    store.add_message(conversation, "assistant", "No.", pieces=[["No.", "standard"]], stats=answer,
+                      thinking="".join(text for text, _ in thought), thinking_pieces=thought)
+    [message] = store.messages(conversation)
+    assert message["thinking_pieces"] == thought and message["thinking"].startswith("A prime")
+    assert pieces_html(message["thinking_pieces"]).count(DRAFT_SPAN) == 1  # " other than 1", on green
+    assert stats_summary(answer).startswith("speculative (suffix): 10 answer tokens + 30 thinking tokens, ")
+    assert stats_summary(stats(output_tokens=40)).startswith("speculative (suffix): 40 tokens, ")

@@ -54,6 +54,7 @@ class Streaming:
 class Answer:
     text: str = ""
     thinking: str = ""  # a thinking model's reasoning, shown folded above the answer
+    thinking_pieces: list[list[str]] = field(default_factory=list)  # the reasoning's [text, origin]s
     pieces: list[list[str]] = field(default_factory=list)
     stats: AnswerStats | None = None
     note: str | None = None  # why it stopped early, or why it has no text at all
@@ -106,14 +107,16 @@ def show_text(slot, text: str, pieces: list[list[str]] | None, highlight: bool, 
             st.html(clipboard.answer_button(text))
 
 
-def show_thinking(slot, thinking: str, *, thinking_now: bool = False) -> None:
-    """A thinking model's reasoning, folded above its answer (open while it is still thinking)."""
+def show_thinking(slot, thinking: str, pieces: list[list[str]] | None = None, highlight: bool = False, *,
+                  thinking_now: bool = False) -> None:
+    """A thinking model's reasoning, folded above its answer (open while it is still thinking), its
+    accepted draft text highlighted as the answer's is."""
     if not thinking:
         slot.empty()
         return
     title = "Thinking…" if thinking_now else "Thinking"
     with slot.container(), st.expander(title, expanded=thinking_now, icon=":material/psychology:"):
-        st.markdown(thinking)
+        show_text(st.empty(), thinking, pieces, highlight, cursor=thinking_now, copy=False)
 
 
 def stream_answer(settings: Settings, url: str, choices: Choices, request: GenerationRequest, *,
@@ -141,9 +144,11 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
                         show_text(text_slot, answer.text, answer.pieces, highlight, cursor=True)
                         text_drawn_at = time.monotonic()
                 elif isinstance(event, ThinkingEvent):
+                    answer.thinking_pieces.append([event.text, event.origin])
                     answer.thinking += event.text
                     if time.monotonic() - text_drawn_at > TEXT_REFRESH_SECONDS:
-                        show_thinking(thinking_slot, answer.thinking, thinking_now=True)
+                        show_thinking(thinking_slot, answer.thinking, answer.thinking_pieces, highlight,
+                                      thinking_now=True)
                         text_drawn_at = time.monotonic()
                 elif isinstance(event, RoundEvent):
                     answer.live, answer.live_at = event.stats, event.record.at_seconds
@@ -165,7 +170,7 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     except BaseException:  # Streamlit stopping or rerunning the script: keep what was generated
         answer.stop()
         raise
-    show_thinking(thinking_slot, answer.thinking)
+    show_thinking(thinking_slot, answer.thinking, answer.thinking_pieces, highlight)
     show_text(text_slot, answer.text, answer.pieces, highlight)
     if answer.stats and answer.stats.done_reason == "length":
         answer.note = length_note(answer.stats, request.max_tokens) or context_full(settings)
@@ -199,7 +204,7 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
     """One stored message, as st.chat_message, with its stats one click away and `actions` (buttons)
     drawn at its foot."""
     with st.chat_message(message["role"]):
-        show_thinking(st.empty(), message.get("thinking") or "")
+        show_thinking(st.empty(), message.get("thinking") or "", message.get("thinking_pieces"), highlight)
         show_text(st.container(), message["content"], message.get("pieces"), highlight,
                   copy=message["role"] == "assistant")
         stats = message.get("stats")

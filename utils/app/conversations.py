@@ -15,21 +15,35 @@ from utils.app.speed import BASELINE_MAX_TOKENS, baseline_text, measure_baseline
 from utils.app.store import ConversationStore, clean_title
 from utils.errors import SpecError
 
+CONVERSATION_PARAMETER = "conversation"
+
+
+def address_conversation(value: str | None) -> int | None:
+    """The conversation id the page's address names, or None (absent, or not an id)."""
+    return int(value) if value and value.isdecimal() else None
+
 
 def conversation_list(conversations: ConversationStore) -> dict[str, Any] | None:
     """The conversations in the sidebar, the most recently active first, each a button that opens it, and
     "New conversation"; returns the open one (None: a new one, saved with its first question).
 
-    With nothing chosen in this session (a reload, a restart) the most recent conversation opens. "New"
-    stores nothing: an empty conversation is never saved.
+    The open one is named in the page's address (?conversation=ID), so a reload (a new session) reopens
+    the conversation in view; with none there (a new tab) the most recent one opens. "New" stores
+    nothing: an empty conversation is never saved.
     """
     everything = conversations.conversations()
     by_id = {c["id"]: c for c in everything}
     state = st.session_state
     current = state.get("conversation_id")
+    if "conversation_id" not in state:
+        current = address_conversation(st.query_params.get(CONVERSATION_PARAMETER))
     if current not in by_id:
         current = None if state.get("new_conversation") or not everything else everything[0]["id"]
     state.conversation_id = current
+    if current is None:
+        st.query_params.pop(CONVERSATION_PARAMETER, None)
+    else:
+        st.query_params[CONVERSATION_PARAMETER] = str(current)
 
     def start_new() -> None:
         state.conversation_id, state.new_conversation, state.confirm_delete = None, True, None
@@ -173,11 +187,7 @@ def baseline_controls(settings: Settings, url: str, target: str) -> dict[str, An
     """The standard baseline for this server and target in the sidebar, with a button to measure it."""
     conversations = store(settings)
     st.sidebar.divider()
-    baseline = conversations.baseline(url, target)
-    if baseline:
-        st.sidebar.caption(f"Speed-ups are measured against the {baseline_text(baseline)}.")
-    else:
-        st.sidebar.caption("Speed-up: no baseline measured yet. Answer once with speculation off, or measure one:")
+    said = st.sidebar.empty()  # filled once the button below has had its say: a new baseline shows at once
     if st.sidebar.button("Measure baseline", help=f"a standard answer of {BASELINE_MAX_TOKENS} tokens to a fixed "
                                                   "prompt, on this server and target"):
         try:
@@ -185,7 +195,12 @@ def baseline_controls(settings: Settings, url: str, target: str) -> dict[str, An
                 measure_baseline(settings, url, target)
         except SpecError as error:
             st.sidebar.error(explain(error, settings))
-    return conversations.baseline(url, target)
+    baseline = conversations.baseline(url, target)
+    if baseline:
+        said.caption(f"Speed-ups are measured against the {baseline_text(baseline)}.")
+    else:
+        said.caption("Speed-up: no baseline measured yet. Answer once with speculation off, or measure one:")
+    return baseline
 
 
 def chat_history(messages: list[dict[str, Any]]) -> list[dict[str, str]]:

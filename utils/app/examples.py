@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from utils.app.conversations import ask
+from utils.app.sidebar import use_for_one_answer
 from utils.app.store import ConversationStore
 
 INTRO = ("A local model answers here with speculative decoding: a fast drafter guesses the next tokens and the "
@@ -55,7 +56,8 @@ EXAMPLES = [
 
 def first_screen(conversations: ConversationStore, models: list[str], enabled: bool) -> None:
     """The example prompts, for a conversation that has no message yet."""
-    st.markdown("**Try an example** (it sets the drafter, and the target where needed):")
+    st.markdown("**Try an example**: it answers with the drafter shown under it (and its target where one is "
+                "shown), then your own settings come back.")
     columns = st.columns(len(EXAMPLES))
     for column, example in zip(columns, EXAMPLES, strict=True):
         missing = example.missing(models)
@@ -67,10 +69,10 @@ def first_screen(conversations: ConversationStore, models: list[str], enabled: b
 
 
 def _use(conversations: ConversationStore, example: Example) -> None:
-    """Pick the example's models in the sidebar (a callback: before the widgets are drawn), then ask."""
-    state = st.session_state
-    state.speculative = True
+    """Pick the example's models in the sidebar for its answer (a callback: before the widgets are
+    drawn), then ask; the user's own choice comes back after the answer (utils.app.sidebar)."""
+    changes: dict[str, object] = {"speculative": True, "drafter": example.drafter}
     if example.target:
-        state.target = example.target
-    state.drafter = example.drafter
+        changes["target"] = example.target
+    use_for_one_answer(changes)
     ask(conversations, None, example.prompt)

@@ -26,8 +26,9 @@ DRAFT_COLOUR = "rgba(46, 160, 67, 0.28)"  # the background of accepted draft tok
 DRAFT_SPAN = f'<span style="background-color: {DRAFT_COLOUR}; border-radius: 2px">'
 START, END = "\ue000", "\ue001"  # private-use characters: never in an answer's own text
 CURSOR = "▌"
+# Long lines wrap: in a narrow column (Compare's halves) a scrolled-off line end was read as cut off.
 PRE_STYLE = ("background-color: rgba(128, 128, 128, 0.08); padding: 0.75em 1em; border-radius: 6px; "
-             "overflow-x: auto; line-height: 1.45")
+             "white-space: pre-wrap; overflow-wrap: anywhere; line-height: 1.45")
 CONTAINER_STYLE = "line-height: 1.6"
 TABLE_STYLE = "border-collapse: collapse; margin: 0.5em 0"
 CELL_STYLE = "border: 1px solid rgba(128, 128, 128, 0.3); padding: 0.25em 0.6em; "

@@ -132,8 +132,31 @@ def parallel_check(_settings: Settings, url: str, target: str, width: int):
     return run(lambda: check_parallel(_settings, client, target, width))
 
 
+# The sidebar settings an example prompt changes for its one answer, and that come back after it.
+EXAMPLE_SETTINGS = ("speculative", "target", "drafter")
+
+
+def use_for_one_answer(changes: dict[str, object]) -> None:
+    """Set sidebar widgets (from a callback, before they are drawn) for the next answer only: the values
+    they had come back once it is saved (`restore_after_answer`)."""
+    state = st.session_state
+    state.restore_after_answer = {key: state[key] for key in changes if key in state}
+    for key, value in changes.items():
+        state[key] = value
+
+
+def restore_after_answer() -> None:
+    """Once no answer is asked for or streaming, the settings `use_for_one_answer` changed come back
+    (before the widgets are drawn: Streamlit refuses a change to a drawn widget's value)."""
+    state = st.session_state
+    if state.get("streaming") is None and (saved := state.pop("restore_after_answer", None)):
+        for key, value in saved.items():
+            state[key] = value
+
+
 def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
     """The shared sidebar: the server and every generation setting. (None, None) if no server."""
+    restore_after_answer()
     bar = st.sidebar
     try:
         info = server_info(settings)

@@ -37,7 +37,8 @@ CREATE TABLE IF NOT EXISTS messages (
     baseline TEXT,        -- JSON of the standard baseline its speed-up was measured against
     stopped INTEGER NOT NULL DEFAULT 0,  -- 1: interrupted while streaming; the partial answer is kept
     created_at TEXT NOT NULL,
-    thinking TEXT         -- a thinking model's reasoning, as the server split it from the answer
+    thinking TEXT,        -- a thinking model's reasoning, as the server split it from the answer
+    thinking_pieces TEXT  -- JSON [[text, origin], ...] of the reasoning, as the engine emitted it
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE TABLE IF NOT EXISTS baselines (
@@ -72,6 +73,8 @@ class ConversationStore:
                 db.execute("ALTER TABLE messages ADD COLUMN stopped INTEGER NOT NULL DEFAULT 0")
             if "thinking" not in columns:  # a database from before thinking models
                 db.execute("ALTER TABLE messages ADD COLUMN thinking TEXT")
+            if "thinking_pieces" not in columns:  # from before thinking was speculated
+                db.execute("ALTER TABLE messages ADD COLUMN thinking_pieces TEXT")
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -126,15 +129,16 @@ class ConversationStore:
 
     def add_message(self, conversation_id: int, role: str, content: str, *, pieces: list | None = None,
                     stats: AnswerStats | None = None, note: str | None = None,
-                    baseline: dict[str, Any] | None = None, stopped: bool = False, thinking: str | None = None) -> int:
+                    baseline: dict[str, Any] | None = None, stopped: bool = False, thinking: str | None = None,
+                    thinking_pieces: list | None = None) -> int:
         stamp = now()
         stats_json = stats.model_dump_json() if stats else None  # the one place stats become JSON
         with self._connect() as db:
             cursor = db.execute(
                 "INSERT INTO messages (conversation_id, role, content, pieces, stats, note, baseline, stopped,"
-                " created_at, thinking) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " created_at, thinking, thinking_pieces) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, role, content, _dump(pieces), stats_json, note, _dump(baseline), int(stopped),
-                 stamp, thinking or None),
+                 stamp, thinking or None, _dump(thinking_pieces or None)),
             )
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (stamp, conversation_id))
             return _inserted_id(cursor)
@@ -151,7 +155,8 @@ class ConversationStore:
                 "SELECT * FROM messages WHERE conversation_id = ? ORDER BY id", (conversation_id,)
             ).fetchall()
         return [
-            {**dict(row), "pieces": _load(row["pieces"]), "stats": _load_stats(row["stats"]),
+            {**dict(row), "pieces": _load(row["pieces"]), "thinking_pieces": _load(row["thinking_pieces"]),
+             "stats": _load_stats(row["stats"]),
              "baseline": _load(row["baseline"]), "stopped": bool(row["stopped"])}
             for row in rows
         ]
@@ -213,7 +218,11 @@ class ConversationStore:
 def stats_summary(stats: AnswerStats) -> str:
     """One line about an answer, e.g. 'speculative (lookup): 24 tokens, 31.0 tokens/s, 60% accepted'."""
     mode = stats.mode + (f" ({stats.drafter})" if stats.drafter else "")
-    text = f"{mode}: {stats.output_tokens} tokens, {stats.tokens_per_second:.1f} tokens/s"
+    tokens = f"{stats.output_tokens} tokens"
+    if stats.thinking_tokens:  # a thinking answer: its reasoning apart from the answer proper
+        tokens = (f"{stats.output_tokens - stats.thinking_tokens} answer tokens + {stats.thinking_tokens} "
+                  "thinking tokens")
+    text = f"{mode}: {tokens}, {stats.tokens_per_second:.1f} tokens/s"
     if stats.drafted_tokens:
         text += f", {stats.acceptance_rate:.0%} of drafted tokens accepted"
     return text
