@@ -90,3 +90,10 @@ async def test_each_piece_carries_the_matched_length_over_the_longest_sought() -
     assert (await drafter(max_match=8).propose(CODE, 4, GREEDY)).confidence == [1.0] * 4
     # Seeking up to 16 characters, only the last 4 ("foo(") are found again: 4 / 16.
     assert (await drafter(max_match=16).propose(CODE, 4, GREEDY)).confidence == [0.25] * 4
+
+
+def test_a_context_whose_end_occurred_earlier_over_the_longest_match_copies() -> None:
+    """Drafter.copies: the end matched at the longest length sought (max_match characters)."""
+    assert drafter().copies("abcdefgh-1 ZZ abcdefgh")  # "abcdefgh", 8 characters, occurred at the start
+    assert not drafter().copies("abcdefgh-1 ZZ efgh")  # only "efgh" did
+    assert not drafter().copies("abcdefgh")  # the end itself is no earlier occurrence

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from utils.engine.drafters import drafter_class, model_free_drafters
+from utils.engine.drafters.base import COPY_MATCH
 from utils.engine.drafters.suffix import (
     MAX_DEPTH,
     MAX_SPEC_FACTOR,
@@ -110,9 +111,11 @@ async def test_a_short_match_drafts_a_short_draft() -> None:
     context = "A Z Q R S T U V W X B Z"
     assert await draft(drafter(), context) == [" Q"]
     assert await draft(drafter("f2", factor=2.0), context) == [" Q", " R"]
-    # The tree's depth bounds match + draft: depth 3, a 2-piece match, one piece.
-    assert await draft(drafter("d3", depth=3), "Z A B C D E F A B C") == [" D"]
+    # The tree's depth bounds match + draft: depth 3, a 2-piece match, one piece from the match ...
+    assert await draft(drafter("d3", depth=3), "Z A B C D E F A B C", k=1) == [" D"]
     assert await draft(drafter("d24"), "Z A B C D E F A B C") == [" D", " E", " F"]
+    # ... then, asked for more, the tree followed through that piece as if written, and so on.
+    assert await draft(drafter("d3", depth=3), "Z A B C D E F A B C", k=3) == [" D", " E", " F"]
 
 
 @pytest.mark.parametrize(("d", "e", "cut", "drafted"), [
@@ -249,3 +252,41 @@ async def test_a_draft_says_which_tree_it_came_from() -> None:
     drafter().finish("Z A B", " K L M N O")
     assert (await drafter().propose("Z Y K L M", 8, GREEDY)).source == "shared"
     assert (await drafter().propose("Z Y K L M", 8, GREEDY)).head(1).source == "shared"
+
+
+# A file of 30 two-letter lines, no pair of pieces twice: "A D", "B K", ... (26 letters, 7 steps apart).
+FILE = "".join(f" {chr(65 + i % 26)} {chr(65 + (i * 7 + 3) % 26)}" for i in range(30))
+
+
+async def test_a_sure_copy_is_drafted_past_the_trees_depth() -> None:
+    """An agent rewriting a file it read: the answer so far copies the file's first 26 pieces. The tree
+    (depth 24) drafts 12 pieces from a 12-piece match; asked for 16, the draft goes on, each piece
+    with the confidence its own match gives it."""
+    copied = FILE[: 2 * 13 * 2]  # 26 pieces of the file, written again
+    context = "P" + FILE + " Z Z" + copied
+    expected = [piece for pair in FILE[len(copied):].split(" ")[1:] for piece in [f" {pair}"]]
+    suffix = drafter()
+    assert await draft(suffix, context, k=12) == expected[:12]
+    long = await suffix.propose(context, 16, GREEDY)
+    assert long.pieces == expected[:16] and long.source == "answer"
+    # A copy counts twice where it ends (the original and the end itself): the first piece's ratio is
+    # 1/2, the rest 1, each weighed by its match: 12 pieces (12 / 16), then, followed through those
+    # 12, the longest match that still drafts the 4 left, 20 pieces (20 / 24).
+    assert long.confidence == pytest.approx([0.375] + [0.75] * 11 + [20 / 24] * 4)
+    assert len(await suffix.propose(context, 30, GREEDY)) == 30
+
+
+def test_a_context_whose_end_occurred_earlier_at_length_copies() -> None:
+    suffix = drafter()
+    copied = FILE[: 2 * COPY_MATCH]  # COPY_MATCH pieces of the file again
+    assert suffix.copies("P" + FILE + " Z Z" + copied)
+    assert not suffix.copies("P" + FILE + " Z Z" + copied[: -4])  # two pieces fewer
+    assert not suffix.copies("P" + FILE)  # the end itself is no earlier occurrence
+
+
+def test_a_context_that_ends_as_an_earlier_answers_prompt_did_copies() -> None:
+    """The same request again: its prompt's end is in the shared tree, before the earlier answer."""
+    prompt = "P" + FILE[: 2 * 20]
+    drafter().finish(prompt, " K L M N O")
+    assert drafter().copies(prompt)
+    assert not drafter("other").copies(prompt)

@@ -20,6 +20,14 @@ standard (`skips`): one request, nothing in between to slow it. Now and then an 
 anyway, since the server or the prompts may have changed: the 8th skipped answer, then, while those
 retries keep not paying, the 16th, 32nd, up to the 64th.
 
+Long bursts for sure copies: a draft is verified up to CHAIN_K pieces (or k_max, if less) as above;
+past that, up to k_max, only while each further piece survives at least LONG_SURE of the time, as
+the controller has calibrated such pieces, and only where it has measured what verifying costs (the
+cost model's per-row cost, extrapolated past the longest burst measured): an agent rewriting a file
+it read re-emits long runs that a free drafter finds with certainty, and a burst of 16 verifies them
+for little more than one of 8 costs. A draft model's K stays within CHAIN_K: it is chosen before the
+draft's confidences are known.
+
 `waits_for_closed_token`: over HTTP a round right after a standard segment also waits for the token
 the closed stream was computing (cost_model.py). It is charged once, where a standard segment is
 left for a draft, not on every round of a run, which would keep drafts that pay from being verified.
@@ -40,6 +48,11 @@ MARGIN = 1.02  # speculation must beat standard by this factor: noise should not
 SKIP_AFTER = 4  # probes in a row that did not pay, after which whole answers go standard ...
 RETRY_ANSWERS = 8  # ... but for one answer in this many, which speculates anyway ...
 MAX_RETRY_ANSWERS = 64  # ... doubled after each retry that did not pay, up to this
+CHAIN_K = 8  # the longest draft verified but for a sure copy (the engine's default k_max before long bursts)
+# A piece past CHAIN_K is verified only where pieces as confident survived at least this often here:
+# at 0.9 each further piece gains 0.9 of a standard token's time at most, where a row of a burst
+# costs a fraction of one (in process on this CPU, K = 8 to 16: about a tenth).
+LONG_SURE = 0.9
 
 
 class DraftLengthController:
@@ -73,8 +86,10 @@ class DraftLengthController:
         """Whether the next answer goes standard from start to end: a question, nothing changes."""
         return False
 
-    def start_answer(self, waits_for_closed_token: bool = False) -> bool:
-        """An answer begins: True when it goes standard from start to end (`skips`), which is counted."""
+    def start_answer(self, waits_for_closed_token: bool = False, copies: bool = False) -> bool:
+        """An answer begins: True when it goes standard from start to end (`skips`), which is counted.
+        `copies`: its drafter finds that it would copy from its context (Drafter.copies), so a policy
+        that set speculation aside tries it again for this answer (ask only where `skips`)."""
         return False
 
     def asks_every_token(self) -> bool:
@@ -86,9 +101,15 @@ class DraftLengthController:
         return SEGMENT_TOKENS
 
     @property
+    def chain(self) -> int:
+        """The longest draft verified but for a sure copy (CHAIN_K, or k_max where it is less)."""
+        return min(self.k_max, CHAIN_K)
+
+    @property
     def longest(self) -> int:
-        """The longest draft this policy verifies."""
-        return self.k_max
+        """The longest draft this policy verifies but for a sure copy: where what verifying costs is
+        measured when drafts keep coming back empty."""
+        return self.chain
 
     def _cap(self, limit: int | None) -> int:
         return self.k_max if limit is None else max(0, min(self.k_max, limit))
@@ -164,7 +185,7 @@ class Adaptive(DraftLengthController):
         self.retry_every = RETRY_ANSWERS  # the answer that speculates again after so many (skips)
 
     def choose(self, limit: int | None = None) -> int:
-        cap = self._cap(limit)
+        cap = min(self._cap(limit), self.chain)  # a draft model's K: chosen before its confidences are known
         standard = self.cost.standard_seconds_per_token
         if cap == 0 or standard is None:  # measure standard speed first: the answer starts as fast
             return 0
@@ -175,21 +196,30 @@ class Adaptive(DraftLengthController):
     def cut(self, confidence: list[float], waits_for_closed_token: bool = False, trust: float = 1.0,
             source: str = "") -> int:
         """The length with the best expected tokens per second; 0 where none beats standard generation;
-        all of it before the standard speed is known. `trust`: what this answer's own drafts proved
+        all of it (up to `chain`) before the standard speed is known. `trust`: what this answer's own drafts proved
         worth against what was expected of them (LossBudget.trust), which scales each piece's chance:
         the bins learn from every answer, and a chat after many edits would be verified as if it
-        copied too. `waits_for_closed_token`: the draft would end a standard segment (charged here)."""
+        copied too. `waits_for_closed_token`: the draft would end a standard segment (charged here).
+        Past `chain` pieces only a sure copy goes on (`_long`)."""
         if (standard := self.cost.standard_seconds_per_token) is None:
-            return len(confidence)
+            return min(len(confidence), self.chain)
         wait = self.cost.closed_token_wait(waits_for_closed_token)
         expected, reach, best, best_rate = 1.0, 1.0, 0, 0.0
-        for length, value in enumerate(confidence, 1):
-            reach *= self.survival(value, trust, source)
+        for length, value in enumerate(confidence[: self.k_max], 1):
+            survival = self.survival(value, trust, source)
+            if length > self.chain and not self._long(survival):
+                break
+            reach *= survival
             expected += reach
             rate = expected / max(self.cost.round_seconds(length) + wait, 1e-6)
             if rate > best_rate:
                 best, best_rate = length, rate
         return best if best_rate * standard > MARGIN else 0
+
+    def _long(self, survival: float) -> bool:
+        """Whether a piece past `chain` may be verified: it is sure (LONG_SURE) and what verifying costs
+        has been measured here, not the prior (which would have every long burst look cheap)."""
+        return survival >= LONG_SURE and bool(self.cost.verify_seconds)
 
     def probing(self) -> bool:
         return self.standard_streak >= self.probe_every
@@ -204,7 +234,7 @@ class Adaptive(DraftLengthController):
         cost = self.cost
         if not cost.verify_seconds or cost.standard_seconds_per_token is None:
             return True
-        best = max((k + 1) / max(cost.round_seconds(k) + wait, 1e-6) for k in range(1, max(self.k_max, 1) + 1))
+        best = max((k + 1) / max(cost.round_seconds(k) + wait, 1e-6) for k in range(1, max(self.chain, 1) + 1))
         return best * cost.standard_seconds_per_token > MARGIN
 
     def may_speculate(self, waits_for_closed_token: bool = False) -> bool:
@@ -213,19 +243,27 @@ class Adaptive(DraftLengthController):
     def skips(self, waits_for_closed_token: bool = False) -> bool:
         return not self.may_speculate(waits_for_closed_token) and self.skipped + 1 < self.retry_every
 
-    def start_answer(self, waits_for_closed_token: bool = False) -> bool:
+    def start_answer(self, waits_for_closed_token: bool = False, copies: bool = False) -> bool:
         """Where speculation has not paid but enough answers went standard, this one retries: it forgets
         what verifying cost and probes as often as at first; one more probe that does not pay, and
         answers go standard again, for twice as long (a probe that pays brings the retries back to
-        RETRY_ANSWERS, in `_judge_round`)."""
-        if self.skips(waits_for_closed_token):
+        RETRY_ANSWERS, in `_judge_round`).
+
+        An answer that `copies` (its drafter would copy long runs of its context: the question that
+        wrote a draft model off after one cold start may be the one that copies a whole function)
+        retries at once, the same way, but leaves the count of skipped answers and their schedule as
+        they were: that it copies is no sign that the server has changed."""
+        skips = self.skips(waits_for_closed_token)
+        if skips and not copies:
             self.skipped += 1
             return True
         if not self.may_speculate(waits_for_closed_token):
-            self.skipped, self.probe_every = 0, PROBE_EVERY
+            if not skips:  # the retry that was due
+                self.skipped = 0
+                self.retry_every = min(2 * self.retry_every, MAX_RETRY_ANSWERS)
+            self.probe_every = PROBE_EVERY
             self.cost.forget_verifications()
             self.failed_probes = SKIP_AFTER - 1
-            self.retry_every = min(2 * self.retry_every, MAX_RETRY_ANSWERS)
         return False
 
     def segment_tokens(self) -> int:

@@ -19,6 +19,9 @@ from utils.engine.target import Target
 from utils.sampling import SamplingOptions
 
 NONE = "none"  # the drafter choice that means standard generation
+# A context whose end matches earlier text over this many pieces is one an answer copies from
+# (Drafter.copies): longer than a chat template's turn markers and a sentence's common words.
+COPY_MATCH = 16
 
 
 @dataclass
@@ -109,6 +112,18 @@ class Drafter:
 
     def finish(self, prompt: str, output: str) -> None:
         """Called once an answer is complete, with its prompt and all it generated; most forget it."""
+
+    async def prepare(self) -> float:
+        """Make ready to draft before an answer's rounds are timed (a draft model loaded, where its
+        server has unloaded it): the seconds that took. A load timed as a draft would have the
+        controller write drafting off (a cold draft model's first draft: 2.5 s). Most need nothing."""
+        return 0.0
+
+    def copies(self, context: str) -> bool:
+        """Whether an answer after `context` would copy from it: the end of `context` matches earlier
+        text at length (COPY_MATCH pieces or more). Asked before an answer that the controller would
+        send standard (`start_answer`), which then retries speculation for it. Most cannot tell."""
+        return False
 
 
 _REGISTRY: list[type[Drafter]] = []

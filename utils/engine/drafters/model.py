@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 from utils.engine.drafters.base import Draft, Drafter, DraftSetup
-from utils.engine.target import RequestRefused, Target, Token
+from utils.engine.target import RequestRefused, ServerError, Target, Token
 from utils.engine.tokenizers import tokenizer_relation
 from utils.sampling import SamplingOptions
 
@@ -30,12 +31,15 @@ class ModelDrafter(Drafter):
 
     @classmethod
     async def create(cls, choice: str, setup: DraftSetup) -> ModelDrafter:
+        """The drafter, its model loaded (`prepare`): built before an answer, so the load is not timed."""
         relation = await tokenizer_relation(setup.target, setup.target_model, setup.draft_server, choice, setup.memory)
         if relation == "unusable":
             raise RequestRefused(f"'{choice}' cannot draft for '{setup.target_model}' on this server")
         config = setup.config
-        return cls(setup.draft_server, choice, p_min=config.p_min, n_min=config.n_min, top_k=config.draft_top_k,
-                   num_ctx=config.num_ctx, same_tokenizer=relation == "same")
+        drafter = cls(setup.draft_server, choice, p_min=config.p_min, n_min=config.n_min, top_k=config.draft_top_k,
+                      num_ctx=config.num_ctx, same_tokenizer=relation == "same")
+        await drafter.prepare()
+        return drafter
 
     @classmethod
     def llama_server_args(cls, k: str, model_path: Path | None) -> list[str] | None:
@@ -44,15 +48,32 @@ class ModelDrafter(Drafter):
         limit = [] if k == "auto" else ["--spec-draft-n-max", k]
         return ["--spec-type", "draft-simple", "-md", str(model_path), *limit]
 
+    async def prepare(self) -> float:
+        """Load the draft model where its server does not hold it (as its drafts will ask for it: the
+        same num_ctx), with a one-token request, so that no timed draft includes the load. A failure
+        is left for the first draft to report."""
+        started = time.perf_counter()
+        try:
+            for model in await self.server.running():
+                if self.model in (model.get("name"), model.get("model")) and (
+                        not self.num_ctx or model.get("context_length") in (None, self.num_ctx)):
+                    return 0.0
+            await self.server.next_token(self.model, "\n", {"temperature": 0, **self._context()})
+        except ServerError:
+            return 0.0
+        return time.perf_counter() - started
+
+    def _context(self) -> dict[str, int]:
+        """Only a context asked for on purpose: another one would reload the draft model."""
+        return {"num_ctx": self.num_ctx} if self.num_ctx else {}
+
     async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
         draft = Draft()
         if k <= 0:
             return draft
         request = options.to_ollama()
         # The draft samples from at most its top_k candidates, all of which it reports back.
-        request.update(num_predict=k, top_k=min(options.top_k or self.top_k, self.top_k))
-        if self.num_ctx:  # only a context asked for on purpose: another one would reload the draft model
-            request["num_ctx"] = self.num_ctx
+        request.update(num_predict=k, top_k=min(options.top_k or self.top_k, self.top_k), **self._context())
         async for chunk in self.server.stream_raw(self.model, context, request, self.top_k):
             if self._extend(draft, chunk.tokens, k) or chunk.done_reason is not None:
                 break

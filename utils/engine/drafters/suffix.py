@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from utils.engine.drafters.base import Draft, Drafter, DraftSetup
+from utils.engine.drafters.base import COPY_MATCH, Draft, Drafter, DraftSetup
 from utils.engine.memory import EngineMemory
 from utils.engine.suffix_tree import (
     MAX_DEPTH,
@@ -162,6 +162,7 @@ class SuffixDrafter(Drafter):
         tail = context[len(answer.text):]
         own, shared, start = answer.active, answer.shared, 0
         best, best_rest, best_source = Proposal(), "", ""
+        best_at: tuple[SuffixTree, list[int]] = (store.tree, [])
         pieces = self.tokens(tail)
         for point in range(len(pieces) + 1):
             if point:
@@ -172,8 +173,25 @@ class SuffixDrafter(Drafter):
             for tree, active, source in ((store.tree, shared, "shared"), (answer.tree, own, "answer")):
                 proposal = self._continue(tree, active, rest, k)
                 if proposal.tokens and proposal.score >= best.score:
-                    best, best_rest, best_source = proposal, rest, source
-        return self._cut(best, best_rest, k, best_source)
+                    best, best_rest, best_source, best_at = proposal, rest, source, (tree, active)
+        tokens, values = self._longer(*best_at, best, k + 1 if best_rest else k)
+        return self._cut(tokens, values, best_rest, k, best_source)
+
+    def _longer(self, tree: SuffixTree, active: list[int], proposal: Proposal, limit: int) -> tuple[list[int],
+                                                                                                    list[float]]:
+        """`proposal`'s pieces and confidences, continued where the tree's depth stopped it (a match of
+        d pieces drafts at most depth - d: 12 for depth 24) and more were asked for: the tree followed
+        through the draft as if it had been written, and drafted from again, up to `limit` pieces. So
+        a sure copy (a file rewritten) is drafted as far as a long burst may verify; each further
+        piece carries its own confidence, which the controller weighs (controller.py, LONG_SURE)."""
+        tokens, values, part = list(proposal.tokens), confidence(proposal), proposal
+        while part.tokens and len(tokens) < limit and len(part.tokens) == tree.depth - part.match:
+            for token in part.tokens:
+                active = tree.follow(active, token)
+            part = speculate(tree, active, limit - len(tokens), self.factor, self.min_prob)
+            tokens += part.tokens
+            values += confidence(part)
+        return tokens, values
 
     def _continue(self, tree: SuffixTree, active: list[int], rest: str, k: int) -> Proposal:
         """The tree's continuation from `active` if its text begins with `rest`, scored by the pieces
@@ -191,26 +209,38 @@ class SuffixDrafter(Drafter):
                 break
         return Proposal()
 
-    def _cut(self, proposal: Proposal, rest: str, k: int, source: str) -> Draft:
-        """The continuation's text after `rest` in the target's pieces (longest first, up to the first
-        character that is no piece), each with the confidence of the tree piece it starts in; `source`:
-        the tree it came from."""
+    def _cut(self, tokens: list[int], values: list[float], rest: str, k: int, source: str) -> Draft:
+        """The continuation's text (tree pieces `tokens`, confidences `values`) after `rest` in the
+        target's pieces (longest first, up to the first character that is no piece), each with the
+        confidence of the tree piece it starts in; `source`: the tree it came from."""
         text, owners = "", []
-        for token, value in zip(proposal.tokens, confidence(proposal)):
+        for token, value in zip(tokens, values):
             written = self._text(token)
             text += written
             owners += [value] * len(written)
         pieces: list[str] = []
-        values: list[float] = []
+        kept: list[float] = []
         at = len(rest)
         while at < len(text) and len(pieces) < k:
             piece = self._piece(text, at)
             if piece is None:
                 break
             pieces.append(piece)
-            values.append(owners[at])
+            kept.append(owners[at])
             at += len(piece)
-        return Draft(pieces=pieces, confidence=values, source=source)
+        return Draft(pieces=pieces, confidence=kept, source=source)
+
+    def copies(self, context: str) -> bool:
+        """Whether the end of `context` occurred earlier in it, or in an earlier answer with the end of
+        its prompt, over COPY_MATCH pieces or more (Drafter.copies). The answer's tree read here is
+        the one its first draft goes on with."""
+        answer = self._read(context)
+        if answer.version != self.store.version:
+            answer.shared = self.store.tree.suffixes(answer.tokens)
+            answer.version = self.store.version
+        # The answer's own tree holds `context` itself: its end occurred earlier where it counts twice.
+        earlier = [node for node in answer.active if answer.tree.count[node] >= 2]
+        return max(len(earlier), len(answer.shared)) >= COPY_MATCH
 
     def _text(self, token: int) -> str:
         return self.store.texts[token if token >= 0 else -1 - token]
