@@ -167,8 +167,9 @@ def test_the_qwen_example_picks_the_pair_and_answers_with_it(data_dir):
     assert not qwen.disabled  # the test server has both models
     qwen.click().run()
     assert not at.exception, at.exception
-    assert at.sidebar.selectbox(key="target").value == "qwen2.5-coder:1.5b"
-    assert at.sidebar.selectbox(key="drafter").value == "qwen2.5-coder:0.5b"
+    # The answer used the pair; the sidebar is the user's own again after it (issue 44).
+    assert at.sidebar.selectbox(key="target").value == SMALL
+    assert at.sidebar.selectbox(key="drafter").value == "suffix"
     stored = ConversationStore(data_dir / "conversations.sqlite3")
     [conversation] = stored.conversations()
     question, answer = stored.messages(conversation["id"])
