@@ -31,7 +31,9 @@ if server is not None and choices is not None:
     except (OSError, ValueError) as error:
         st.error(f"Cannot read the prompt set: {error}. Give the path of a JSON-lines file of prompts.")
         st.stop()
-    chosen_categories = st.multiselect("Categories", categories, default=categories, key="bench_categories")
+    # Keyed by the prompt set: another set's categories start all chosen (not kept from the set before).
+    chosen_categories = st.multiselect("Categories", categories, default=categories,
+                                       key=f"bench_categories-{prompts_file}")
     target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="bench_target")
     drafters = st.multiselect("Drafters", [*model_free_drafters(), *server.models], key="bench_drafters",
                               default=[choices.drafter] if choices.speculative

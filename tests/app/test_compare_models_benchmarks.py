@@ -158,7 +158,7 @@ def test_advisor_never_recommends_a_draft_that_drafted_nothing():
 
 def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
     at = open_app("pages/benchmarks.py")
-    categories = at.multiselect(key="bench_categories")
+    categories = at.multiselect(key="bench_categories-prompts/bench.jsonl")  # keyed by its prompt set
     assert len(categories.options) > 1
     categories.set_value([categories.options[0]])
     at.multiselect(key="bench_drafters").set_value(["lookup"])
