@@ -270,10 +270,17 @@ async def test_a_sure_copy_is_drafted_past_the_trees_depth() -> None:
     long = await suffix.propose(context, 16, GREEDY)
     assert long.pieces == expected[:16] and long.source == "answer"
     # A copy counts twice where it ends (the original and the end itself): the first piece's ratio is
-    # 1/2, the rest 1, each weighed by its match: 12 pieces (12 / 16), then, followed through those
-    # 12, the longest match that still drafts the 4 left, 20 pieces (20 / 24).
-    assert long.confidence == pytest.approx([0.375] + [0.75] * 11 + [20 / 24] * 4)
+    # 1/2, the rest 1, each weighed by the longest match that occurs where the drafted one does: the
+    # 23 the tree holds (23 / 27), though 12 were followed.
+    assert long.confidence == pytest.approx([0.5 * 23 / 27] + [23 / 27] * 15)
     assert len(await suffix.propose(context, 30, GREEDY)) == 30
+
+
+async def test_a_copy_is_surer_the_longer_it_has_run() -> None:
+    """The confidence of a copy's pieces weighs how long the copy has run, not the match drafted from."""
+    for copied, weight in ((12, 12 / 16), (16, 16 / 20), (26, 23 / 27)):
+        draft = await drafter(f"t{copied}").propose("P" + FILE + " Z Z" + FILE[: 2 * copied], 8, GREEDY)
+        assert draft.confidence == pytest.approx([0.5 * weight] + [weight] * 7), copied
 
 
 def test_a_context_whose_end_occurred_earlier_at_length_copies() -> None:
