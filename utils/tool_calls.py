@@ -35,8 +35,8 @@ from typing import Any
 
 from utils.tool_templates import go_tag, jinja_tag, looks_jinja
 
-__all__ = ["ToolCallParser", "ToolCallStream", "builtin_parser_reason", "find_arguments", "find_tool", "ollama_answer",
-           "ollama_chunks", "tool_tag"]
+__all__ = ["ToolCallParser", "ToolCallStream", "builtin_parser", "builtin_parser_reason", "find_arguments",
+           "find_tool", "ollama_answer", "ollama_chunks", "tool_tag"]
 
 
 @lru_cache(maxsize=64)
@@ -290,16 +290,13 @@ def ollama_answer(tag: str, tools: list[dict[str, Any]], pieces: list[str]) -> t
 _MODELFILE_LINE = re.compile(r"^(PARSER)\s+(.+?)\s*$", re.M)
 
 
-def builtin_parser_reason(show: dict[str, Any]) -> str | None:
-    """Why Ollama would not parse this model's tool calls with the generic parser ported here, from its
-    /api/show answer; None when it would. /api/show has no parser field of its own (GetModelInfo leaves
-    ShowResponse.Parser/Renderer empty), but its `modelfile` writes the model's PARSER line
-    (images.go Model.String). Ollama uses a built-in parser (model/parsers: qwen3-coder, harmony, ...)
-    for a PARSER, harmony for gpt-oss templates (routes.go shouldUseHarmony), and for a model without a
-    Go template (created FROM a GGUF alone, whose `template` is the GGUF's Jinja) it hands the chat to
-    llama-server's /v1/chat/completions, which parses the calls itself (routes.go handleNativeChat).
-    Not seen from /api/show: a Go template that Ollama passes over for the GGUF's (images.go
-    shouldPreferChatTemplate), and OLLAMA_GO_TEMPLATE on the server."""
+def builtin_parser(show: dict[str, Any]) -> str | None:
+    """Why Ollama parses this model's answers (tool calls and thinking) with a built-in parser rather
+    than the generic ones ported here (this module, utils/thinking.py), from its /api/show answer; None
+    when it does not. /api/show has no parser field of its own (GetModelInfo leaves
+    ShowResponse.Parser/Renderer empty), but its `modelfile` writes the model's PARSER line (images.go
+    Model.String). Ollama uses a built-in parser (model/parsers: qwen3-coder, harmony, ...) for a
+    PARSER, and harmony for gpt-oss templates (routes.go shouldUseHarmony)."""
     lines = dict(_MODELFILE_LINE.findall(str(show.get("modelfile") or "")))
     if parser := lines.get("PARSER", "").strip('"'):
         return f"Ollama parses this model's answers with its built-in parser {parser}"
@@ -307,6 +304,18 @@ def builtin_parser_reason(show: dict[str, Any]) -> str | None:
     family = str((show.get("details") or {}).get("family") or "")
     if family in ("gptoss", "gpt-oss") and "<|start|>" in template and "<|end|>" in template:
         return "Ollama parses this model's answers with its built-in harmony parser (gpt-oss)"
-    if looks_jinja(template):
+    return None
+
+
+def builtin_parser_reason(show: dict[str, Any]) -> str | None:
+    """Why Ollama would not parse this model's tool calls with the generic parser ported here, from its
+    /api/show answer; None when it would: a built-in parser (`builtin_parser`), or a model without a Go
+    template (created FROM a GGUF alone, whose `template` is the GGUF's Jinja), whose chat Ollama hands
+    to llama-server's /v1/chat/completions, which parses the calls itself (routes.go handleNativeChat).
+    Not seen from /api/show: a Go template that Ollama passes over for the GGUF's (images.go
+    shouldPreferChatTemplate), and OLLAMA_GO_TEMPLATE on the server."""
+    if reason := builtin_parser(show):
+        return reason
+    if looks_jinja(str(show.get("template") or "")):
         return "the model has no Go template: Ollama lets llama-server render the chat and parse its tool calls"
     return None

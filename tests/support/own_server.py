@@ -21,8 +21,10 @@ from utils.embedded.store.models import ModelStore
 
 
 @contextmanager
-def own_server(folder: Path, models: tuple[str, ...]) -> Iterator[str]:
-    """The URL of a server whose data folder is `folder` and whose catalogue has `models` installed."""
+def own_server(folder: Path, models: tuple[str, ...], speculation: bool = False,
+               args: tuple[str, ...] = ()) -> Iterator[str]:
+    """The URL of a server whose data folder is `folder` and whose catalogue has `models` installed;
+    `speculation`: as `cli.py serve` starts by default (with `args`), else `--no-speculation`."""
     installed = ModelStore(Settings().models_dir)
     own = ModelStore(folder / "models")
     own.models_dir.mkdir(parents=True, exist_ok=True)
@@ -31,7 +33,7 @@ def own_server(folder: Path, models: tuple[str, ...]) -> Iterator[str]:
         (own.models_dir / spec.file).symlink_to(installed.path(name))
         if installed.stamp_path(spec).is_file():  # its sha256, checked at install: not hashed again
             shutil.copyfile(installed.stamp_path(spec), own.stamp_path(spec))
-    server = EmbeddedServer(log_path=folder / "server.log")
+    server = EmbeddedServer(log_path=folder / "server.log", speculation=speculation, args=list(args))
     with pytest.MonkeyPatch.context() as patch:  # the server's environment only, not this process's
         patch.setenv("SPEC_DATA_DIR", str(folder))
         server.start()

@@ -56,15 +56,21 @@ def test_parameters_that_change_token_choice_are_named() -> None:
 def test_a_thinking_model_thinks_unless_asked_not_to(think, thinking) -> None:
     model = ModelInfo("qwen3", capabilities=("completion", "thinking"))
     assert thinks(model, think) is thinking
-    assert (standard_reason(model, None, think) or ("",))[0] == ("thinking" if thinking else "")
+    assert standard_reason(model, None, think) is None  # split as upstream splits it: speculated
+    own = "Ollama parses this model's answers with its built-in parser qwen3"
+    assert (standard_reason(model, None, think, thinking_parser=own) or ("",))[0] == ("thinking" if thinking else "")
     plain = ModelInfo("qwen2.5", capabilities=("completion",))
     assert not thinks(plain, None) and not thinks(plain, False)
     assert thinks(plain, True)  # asked of a model without thinking: upstream's own 400, not a silent answer
+    assert (standard_reason(plain, None, True) or ("",))[0] == "thinking"
 
 
-def test_format_is_named_before_anything_else() -> None:
+def test_format_is_named_before_anything_but_tools_and_thinking() -> None:
     model = ModelInfo("qwen3", capabilities=("thinking",), parameters={"repeat_penalty": 1.2})
-    assert standard_reason(model, "json", None) == ("format", FORMAT_REASON)
+    assert standard_reason(model, "json", False) == ("format", FORMAT_REASON)
+    code, reason = standard_reason(model, "json", None)  # Ollama constrains the content after the reasoning
+    assert code == "thinking" and "second pass" in reason
+    assert standard_reason(model, "json", None, constrains=True)[0] == "thinking"
 
 
 def test_a_request_sends_only_what_the_client_gave() -> None:

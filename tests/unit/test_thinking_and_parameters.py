@@ -7,8 +7,9 @@ import pytest
 
 from utils.api.http import ApiError
 from utils.api.schemas import Options
-from utils.embedded.http.thinking import ThinkingParser, splitter, think_mode
+from utils.embedded.http.thinking import splitter, think_mode
 from utils.embedded.store.parameters import ParameterError, checked, from_text, modelfile_lines, show_text
+from utils.thinking import ThinkingParser
 
 QWEN3 = "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>{% endif %}"
 

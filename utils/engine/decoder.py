@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import replace
 
 import numpy as np
 
@@ -27,14 +28,16 @@ from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError
 from utils.engine.memory import EngineMemory
 from utils.engine.model_info import loaded_context, model_info
 from utils.engine.output import Output
-from utils.engine.planning import FORMAT_REASON, NO_GAIN_REASON, Plan, standard_reason, verification_gate
+from utils.engine.planning import FORMAT_REASON, NO_GAIN_REASON, Plan, standard_reason, thinks, verification_gate
 from utils.engine.request import GenerationRequest
 from utils.engine.segment import StandardSegment, upstream_answer
 from utils.engine.stats import AnswerStats, Fallback, RoundRecord
 from utils.engine.target import ServerError, Target
+from utils.engine.thinking_answer import ThinkingAnswer
 from utils.engine.tool_answer import ToolAnswer
 from utils.engine.validator import PromptPrefixValidator, choose_method
 from utils.sampling import GREEDY
+from utils.thinking import embedded_tags, ollama_tags
 from utils.tool_calls import tool_tag
 
 __all__ = ["FORMAT_REASON", "NO_GAIN_REASON", "SpeculativeDecoder", "build_decoder"]
@@ -66,24 +69,29 @@ class SpeculativeDecoder:
         Raises ServerError with the server's message (an unknown model, an unreachable server)."""
         info = await model_info(self.target, self.target_model, self.target.described)
         sampling, stops = info.sampling(request.options), info.stops(request.options)
-        # A chat with tools is parsed as upstream parses it (utils/tool_calls.py); the embedded server
-        # parses every model so, where Ollama may use a parser of its own (ModelInfo.tool_parser).
+        # A chat with tools is parsed, and a thinking answer split, as upstream does (utils/tool_calls.py,
+        # utils/thinking.py); the embedded server does so for every model, where Ollama may use a parser
+        # of its own (ModelInfo.tool_parser, .thinking_parser) and splits by its Go template's tags only.
+        embedded = await self.target.is_embedded()
         tag = tool_tag(info.template) if request.tools else None
-        others = info.tool_parser if tag is not None and not await self.target.is_embedded() else None
-        if why := standard_reason(info, request.format, request.think, self.target.constrains, others):
-            return Plan(info, sampling, stops, code=why[0], reason=why[1], by_upstream=why[0] in ("thinking", "tools"),
-                        tool_tag=tag)
+        others = info.tool_parser if tag is not None and not embedded else None
+        thinking = info.thinks and thinks(info, request.think)
+        tags = (embedded_tags(info.template) if embedded else ollama_tags(info.template)) if thinking else None
+        own = info.thinking_parser if thinking and not embedded else None
+        plan = Plan(info, sampling, stops, tool_tag=tag, thinking_tags=tags)
+        if why := standard_reason(info, request.format, request.think, self.target.constrains, others, own):
+            return replace(plan, code=why[0], reason=why[1], by_upstream=why[0] in ("thinking", "tools"))
         if self.drafter is None:
-            return Plan(info, sampling, stops, tool_tag=tag)
+            return plan
         if gate := await verification_gate(self.target, info, request.raw_options, self.memory):
-            return Plan(info, sampling, stops, code="server", reason=gate, tool_tag=tag)
+            return replace(plan, code="server", reason=gate)
         # Under a grammar the top log-probabilities are not what is sampled from: sample-match, not rejection.
         exact = self.drafter.exact_distribution and await self.target.exact_logprobs() and request.format is None
         method = choose_method(sampling, exact)
         controller = self._controller(method, request.k)
         if controller.start_answer(waits_for_closed_token=not self.target.drains):
-            return Plan(info, sampling, stops, method, code="no_gain", reason=NO_GAIN_REASON, tool_tag=tag)
-        return Plan(info, sampling, stops, method, tool_tag=tag)
+            return replace(plan, method=method, code="no_gain", reason=NO_GAIN_REASON)
+        return replace(plan, method=method)
 
     async def stream(self, request: GenerationRequest, plan: Plan | None = None) -> AsyncGenerator[Event, None]:
         """The answer's events; `plan`: the one `plan(request)` gave, if the caller already asked. The
@@ -91,11 +99,32 @@ class SpeculativeDecoder:
         async with self.target.hold(self.target_model, request.options) as load:
             answer = await self._start(request, plan or await self._planned(request))
             answer.stats.load_seconds = load
-            tag, tools = answer.plan.tool_tag, request.tools or []
-            split = ToolAnswer(tag, tools).split if tag is not None and not answer.plan.by_upstream else None
+            splits = self._shapes(answer)
             async for event in self._events(answer):
-                for each in split(event) if split else [event]:
+                shaped = [event]
+                for split in splits:  # the thinking first, then the tool calls in the content, as Ollama
+                    shaped = [each for part in shaped for each in split(part)]
+                for each in shaped:
                     yield each
+
+    @staticmethod
+    def _shapes(answer: AnswerState) -> list[Callable[[Event], list[Event]]]:
+        """What the answer's text becomes as upstream shapes it: its thinking split out, then tool calls
+        parsed out of the content; nothing where upstream's own endpoint made the answer."""
+        plan, shapes = answer.plan, list[Callable[[Event], list[Event]]]()
+        if plan.by_upstream:
+            return shapes
+        if plan.thinking_tags is not None:
+            thinking = ThinkingAnswer(plan.thinking_tags, answer.prompt)
+
+            def split_thinking(event: Event) -> list[Event]:
+                if isinstance(event, DoneEvent):
+                    event.stats.thinking_tokens = answer.output.tokens_within(thinking.reasoning_characters())
+                return thinking.split(event)
+            shapes.append(split_thinking)
+        if plan.tool_tag is not None:
+            shapes.append(ToolAnswer(plan.tool_tag, answer.request.tools or []).split)
+        return shapes
 
     async def _events(self, answer: AnswerState) -> AsyncIterator[Event]:
         for fallback in answer.stats.fallbacks:  # generated standard from the start: say why at once
@@ -127,11 +156,8 @@ class SpeculativeDecoder:
 
     async def _start(self, request: GenerationRequest, plan: Plan) -> AnswerState:
         asked = self.drafter
-        think = request.think
-        if plan.info.thinks and not plan.by_upstream:
-            think = False  # speculated or standard, the prompt is rendered with thinking off, as asked
-        try:
-            prompt = "" if plan.by_upstream else await self.raw_prompt(request, think)
+        try:  # rendered with the request's own `think`: a thinking answer is the raw continuation of its prompt
+            prompt = "" if plan.by_upstream else await self.raw_prompt(request, request.think)
             # The context the target is loaded with (the prompt's request loaded it), else its Modelfile's.
             limit = None if plan.by_upstream else (await loaded_context(self.target, self.target_model)
                                                 or plan.info.parameters.get("num_ctx"))

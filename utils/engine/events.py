@@ -33,9 +33,11 @@ class RoundEvent:
 
 @dataclass
 class ThinkingEvent:
-    """Reasoning of a thinking model, as the server split it from the answer (not part of the text)."""
+    """Reasoning of a thinking model, split from the answer as upstream splits it (utils/thinking.py;
+    not part of the text), with where it came from, as a TextEvent's."""
 
     text: str
+    origin: Origin = "standard"
 
 
 @dataclass
@@ -80,7 +82,7 @@ def to_wire(event: Event) -> dict[str, Any]:
     if isinstance(event, TextEvent):
         return {"type": "text", "text": event.text, "origin": event.origin}
     if isinstance(event, ThinkingEvent):
-        return {"type": "thinking", "text": event.text}
+        return {"type": "thinking", "text": event.text, "origin": event.origin}
     if isinstance(event, ToolCallEvent):
         return {"type": "tool_calls", "calls": event.calls}
     if isinstance(event, FallbackEvent):
@@ -103,7 +105,7 @@ class WireEvents:
         if kind == "text":
             return TextEvent(str(data["text"]), data["origin"])
         if kind == "thinking":
-            return ThinkingEvent(str(data["text"]))
+            return ThinkingEvent(str(data["text"]), data.get("origin") or "standard")
         if kind == "tool_calls":
             return ToolCallEvent(list(data["calls"]))
         if kind == "fallback":

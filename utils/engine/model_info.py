@@ -16,7 +16,7 @@ from typing import Any
 
 from utils.engine.target import ServerError, Target
 from utils.sampling import MIN_TEMPERATURE, SamplingOptions
-from utils.tool_calls import builtin_parser_reason
+from utils.tool_calls import builtin_parser, builtin_parser_reason
 
 DEFAULTS = SamplingOptions()  # Ollama's own (api/types.go DefaultOptions)
 # Parameters the engine does not need to know: they change where or how fast the model runs, not
@@ -71,6 +71,8 @@ class ModelInfo:
     template: str = ""  # its chat template, where upstream's tool-call parser finds its tag
     # Why upstream reads this model's tool calls with a parser of its own (utils/tool_calls.py), or None.
     tool_parser: str | None = None
+    # Why upstream splits this model's thinking with a built-in parser (not utils/thinking.py's), or None.
+    thinking_parser: str | None = None
 
     @property
     def thinks(self) -> bool:
@@ -115,7 +117,7 @@ async def model_info(server: Target, model: str, cache: dict[tuple[str, str], Mo
     shown = await server.show(model)  # Ollama's 404 for an unknown model
     info = ModelInfo(model, digest, parse_parameters(str(shown.get("parameters") or "")),
                      tuple(shown.get("capabilities") or ()), str((shown.get("details") or {}).get("family") or ""),
-                     str(shown.get("template") or ""), builtin_parser_reason(shown))
+                     str(shown.get("template") or ""), builtin_parser_reason(shown), builtin_parser(shown))
     cache[(model, digest)] = info
     return info
 

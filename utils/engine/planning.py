@@ -1,10 +1,12 @@
 """Speculate or generate standard: the one place where an answer's way is decided, and why.
 
 An answer is speculated only where the result is the one upstream would give to the same request
-asked directly. Everything else is generated standard from the start with a reason (the proxy passes
-such a request on unchanged): a grammar (`format`) over HTTP, a thinking model that thinks (only the server's
-own parser splits `thinking` from the content), model parameters speculation does not keep exact,
-a server whose one-token answers cannot verify drafts, and a server where speculation has not paid.
+asked directly. A thinking answer is speculated like any other and split as upstream splits it
+(utils/thinking.py); a chat with tools is parsed as upstream parses it (utils/tool_calls.py).
+Everything else is generated standard from the start with a reason (the proxy passes such a request
+on unchanged): a grammar (`format`) over HTTP or while thinking, a model whose answers upstream splits
+with a built-in parser of its own, model parameters speculation does not keep exact, a server whose
+one-token answers cannot verify drafts, and a server where speculation has not paid.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ ONE_TOKEN_SINCE = (0, 15, 5)
 
 FORMAT_REASON = ("`format` constrains the whole answer with a grammar on the server, whose state cannot be "
                  "resumed mid-answer over HTTP: generated standard (`cli.py serve` speculates it in process)")
-THINKING_REASON = ("{model} thinks in this answer (a thinking model thinks unless asked `think: false`): only the "
-                   "server's own parser splits its reasoning from the answer, so upstream generates it standard "
+THINKING_REASON = ("{why}, which the engine does not repeat: upstream answers {model}'s thinking answer itself "
                    "(send `think: false` to have it speculated)")
+THINKING_FORMAT_REASON = ("`format` while {model} thinks: upstream constrains only the content, in a second pass "
+                          "once the reasoning ends, which the engine does not repeat: upstream answers it")
+NO_THINKING_REASON = "{model} cannot think: upstream answers a request that asks it to (with its refusal)"
 TOOLS_REASON = "{why}, which the engine does not repeat: upstream answers this chat with tools itself"
 PARAMETERS_REASON = ("{model}'s own parameters ({names}) change token choice in ways speculation does not keep "
                      "exact: generated standard")
@@ -57,6 +61,9 @@ class Plan:
     # with a parser of its own.
     by_upstream: bool = False
     tool_tag: str | None = None  # a chat with tools: the tag upstream's tool-call parser looks for
+    # A thinking answer that upstream splits: the tags (utils/thinking.py). None: not split (thinking off,
+    # or a model whose reasoning upstream leaves in the content).
+    thinking_tags: tuple[str, str] | None = None
 
     @property
     def standard(self) -> bool:
@@ -70,17 +77,23 @@ def thinks(info: ModelInfo, think: bool | str | None) -> bool:
     return info.thinks if think is None else think not in (False, "false", "")
 
 
-def standard_reason(info: ModelInfo, request_format: Any, think: bool | str | None,
-                    constrains: bool = False, tool_parser: str | None = None) -> tuple[str, str] | None:
+def standard_reason(info: ModelInfo, request_format: Any, think: bool | str | None, constrains: bool = False,
+                    tool_parser: str | None = None, thinking_parser: str | None = None) -> tuple[str, str] | None:
     """(code, reason) for an answer that no drafter could speculate exactly on this server, else None;
-    `constrains`: the server resumes a `format` grammar mid-answer (Target.constrains); `tool_parser`:
-    why upstream reads this chat's tool calls with a parser of its own (ModelInfo.tool_parser)."""
+    `constrains`: the server resumes a `format` grammar mid-answer (Target.constrains); `tool_parser`
+    and `thinking_parser`: why upstream reads this answer's tool calls or splits its thinking with a
+    parser of its own (ModelInfo.tool_parser, .thinking_parser)."""
     if tool_parser is not None:
         return "tools", TOOLS_REASON.format(why=tool_parser)
+    thinking = thinks(info, think)
+    if thinking and not info.thinks:
+        return "thinking", NO_THINKING_REASON.format(model=info.name)
+    if thinking and request_format is not None:
+        return "thinking", THINKING_FORMAT_REASON.format(model=info.name)
     if request_format is not None and not constrains:
         return "format", FORMAT_REASON
-    if thinks(info, think):
-        return "thinking", THINKING_REASON.format(model=info.name)
+    if thinking and thinking_parser is not None:
+        return "thinking", THINKING_REASON.format(why=thinking_parser, model=info.name)
     if names := info.inexact_parameters():
         return "parameters", PARAMETERS_REASON.format(model=info.name, names=", ".join(names))
     return None

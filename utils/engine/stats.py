@@ -52,6 +52,7 @@ class AnswerStats(BaseModel):
     done_reason: str = ""
     prompt_tokens: int = Field(0, description="the target's token count of the prompt, as the server reported it")
     output_tokens: int = 0
+    thinking_tokens: int = Field(0, description="of output_tokens, those of the reasoning (a thinking answer's)")
     drafts: int = Field(0, description="verification steps that carried a draft (vLLM num_drafts)")
     drafted_tokens: int = 0
     accepted_tokens: int = 0

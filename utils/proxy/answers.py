@@ -9,7 +9,7 @@ from typing import Any
 
 from utils.api.http import ndjson_line, now
 from utils.engine.decoder import SpeculativeDecoder
-from utils.engine.events import DoneEvent, GenerationError, TextEvent, ToolCallEvent
+from utils.engine.events import DoneEvent, GenerationError, TextEvent, ThinkingEvent, ToolCallEvent
 from utils.engine.planning import Plan
 from utils.engine.request import GenerationRequest
 from utils.engine.stats import AnswerStats
@@ -17,10 +17,11 @@ from utils.engine.stats import AnswerStats
 NS = 1_000_000_000
 
 
-def _text_fields(text: str, chat: bool, calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+def _text_fields(text: str, chat: bool, calls: list[dict[str, Any]] | None = None, thinking: str = "") -> dict[str, Any]:
+    extra = {"thinking": thinking} if thinking else {}
     if not chat:
-        return {"response": text}
-    return {"message": {"role": "assistant", "content": text, **({"tool_calls": calls} if calls else {})}}
+        return {"response": text, **extra}
+    return {"message": {"role": "assistant", "content": text, **extra, **({"tool_calls": calls} if calls else {})}}
 
 
 def speculative_summary(stats: AnswerStats) -> dict[str, Any]:
@@ -51,23 +52,27 @@ def final_fields(model: str, stats: AnswerStats, text: str, chat: bool) -> dict[
     }
 
 
-Answer = AsyncIterator[TextEvent | ToolCallEvent | DoneEvent]
+Answer = AsyncIterator[TextEvent | ThinkingEvent | ToolCallEvent | DoneEvent]
 
 
 async def events(decoder: SpeculativeDecoder, request: GenerationRequest, plan: Plan | None = None) -> Answer:
-    """The decoder's text, tool-call and final events (rounds and fallbacks are in the final statistics)."""
+    """The decoder's text, thinking, tool-call and final events (rounds and fallbacks are in the final
+    statistics)."""
     async for event in decoder.stream(request, plan):
-        if isinstance(event, (TextEvent, ToolCallEvent, DoneEvent)):
+        if isinstance(event, (TextEvent, ThinkingEvent, ToolCallEvent, DoneEvent)):
             yield event
 
 
 async def messages(model: str, chat: bool, stream: Answer, on_done: Any) -> AsyncIterator[dict[str, Any]]:
-    """Ollama's answer messages, one per text or tool-call event and a closing one; a failure after the
-    first ends it with an `{"error"}` message, as Ollama does. `on_done(stats)` gets the final statistics."""
+    """Ollama's answer messages, one per text, thinking or tool-call event and a closing one; a failure
+    after the first ends it with an `{"error"}` message, as Ollama does. `on_done(stats)` gets the final
+    statistics."""
     try:
         async for event in stream:
             if isinstance(event, TextEvent):
                 yield {"model": model, "created_at": now(), **_text_fields(event.text, chat), "done": False}
+            elif isinstance(event, ThinkingEvent):
+                yield {"model": model, "created_at": now(), **_text_fields("", chat, thinking=event.text), "done": False}
             elif isinstance(event, ToolCallEvent):
                 yield {"model": model, "created_at": now(), **_text_fields("", chat, event.calls), "done": False}
             else:
@@ -78,9 +83,10 @@ async def messages(model: str, chat: bool, stream: Answer, on_done: Any) -> Asyn
 
 
 async def joined(answer: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-    """A whole answer from its messages: (text, closing message, whose chat message has the answer's
-    tool calls); GenerationError if it failed."""
+    """A whole answer from its messages: (text, closing message, whose chat message, or itself for
+    /api/generate, has the answer's thinking and tool calls); GenerationError if it failed."""
     text: list[str] = []
+    thinking: list[str] = []
     calls: list[dict[str, Any]] = []
     last: dict[str, Any] | None = None
     async for message in answer:
@@ -88,10 +94,13 @@ async def joined(answer: AsyncIterator[dict[str, Any]]) -> tuple[str, dict[str, 
             raise GenerationError(message["error"], "".join(text))
         part = message.get("message")
         text.append(part["content"] if part is not None else message["response"])
+        thinking.append((part or message).get("thinking") or "")
         calls += (part or {}).get("tool_calls") or []
         if message.get("done"):
             last = message
     assert last is not None, "an answer ends with a closing message"
+    if thought := "".join(thinking):
+        (last.get("message") or last)["thinking"] = thought
     if calls:
         last["message"]["tool_calls"] = calls
     return "".join(text), last

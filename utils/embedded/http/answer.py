@@ -19,11 +19,11 @@ from utils import burst
 from utils.api.http import ApiError, LastLine, client_gone, json_response, ndjson_line, ndjson_response, now
 from utils.api.schemas import Common
 from utils.embedded.http.text import TextAssembler
-from utils.embedded.http.thinking import ThinkingParser
 from utils.embedded.http.tools import tool_call_tag
 from utils.embedded.runtime.grammar import constraint_for
 from utils.embedded.runtime.jobs import ARRIVALS, Completion, Job, RunnerError, TokenInfo
 from utils.embedded.runtime.runner import ModelRunner
+from utils.thinking import ThinkingParser
 from utils.tool_calls import ToolCallStream
 
 _ARRIVAL = "embedded.arrival"

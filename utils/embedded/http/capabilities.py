@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from utils.api.http import ApiError
-from utils.embedded.http.thinking import thinks
 from utils.embedded.http.tools import offers_tools
 from utils.embedded.runtime import model_file
 from utils.embedded.runtime.model_file import ModelFile
 from utils.embedded.runtime.runner import ModelRunner
+from utils.thinking import template_thinks as thinks
 
 NO_VISION = "this model is missing data required for image input"  # Ollama's ErrNoVisionModel
 
