@@ -66,6 +66,10 @@ EXCHANGES: dict[str, tuple[str, str]] = {
     **{f"{n}": ("POST", "/api/chat") for n in range(22, 27)}, "27": ("POST", "/v1/chat/completions"),
     "28": ("POST", "/v1/chat/completions"), **{f"{n}": ("POST", "/v1/messages") for n in range(29, 33)},
     **{f"{n}": ("POST", "/v1/responses") for n in range(33, 37)},
+    # 37-49 and 50-62: the stand-in thinking model with a Jinja and with a Go template, the same requests.
+    **{f"{first + n}": (method, path) for first in (37, 50) for n, (method, path) in enumerate(
+        [("POST", "/api/show")] + [("POST", "/api/chat")] * 7 + [("POST", "/api/generate")] * 2
+        + [("POST", "/v1/chat/completions")] * 2 + [("POST", "/api/chat")])},
     **{f"{n}": ("POST", "/api/generate") for n in range(63, 68)}, "68": ("POST", "/api/chat"),
     "69": ("POST", "/api/chat"), "70": ("POST", "/v1/chat/completions"),
 }
