@@ -6,7 +6,9 @@ length only to finish a character split over tokens. Where the segment is left e
 this process finishes the token in flight and ends the stream (a drain); over HTTP the stream is
 closed, and the next round waits for the token the server was computing (`waits_for_closed_token`).
 
-A thinking answer is one standard answer from upstream's own endpoint instead (`upstream_answer`).
+An answer that only upstream's own parsers can shape (a built-in thinking or tool-call parser, `format`
+while thinking: planning.py) is one standard answer from upstream's own endpoint instead
+(`upstream_answer`).
 """
 
 from __future__ import annotations
@@ -144,7 +146,7 @@ class StandardSegment:
 
 
 async def upstream_answer(target: Target, model: str, answer: AnswerState) -> AsyncIterator[Event]:
-    """A thinking answer, or a chat whose tool calls upstream reads with a parser of its own, made by
+    """A thinking answer or a chat with tools that upstream reads with a built-in parser of its own, made by
     upstream's own endpoint (the client's request as it is), so that `thinking`, the content and the
     calls are split exactly as for a direct request. The reasoning comes as ThinkingEvents, the calls
     as ToolCallEvents; the content goes through the output like any standard text."""

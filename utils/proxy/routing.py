@@ -22,7 +22,8 @@ from utils.engine.request import GenerationRequest
 # Options the engine applies exactly as Ollama would; any other option is forwarded.
 SPECULATED_OPTIONS = {"temperature", "top_k", "top_p", "min_p", "seed", "num_predict", "stop", "num_ctx"}
 # Request fields the engine honours (model and stream are read here; keep_alive is passed upstream).
-# `think` is honoured by the engine's plan: a thinking model that thinks is passed on (planning.py).
+# `think` is honoured by the engine's plan: rendered as sent and the answer split as upstream splits it
+# (planning.py); where upstream uses a built-in parser, the request is passed on.
 GENERATE_FIELDS = {"model", "prompt", "system", "raw", "stream", "options", "keep_alive", "think", "format"}
 CHAT_FIELDS = {"model", "messages", "stream", "options", "keep_alive", "think", "format", "tools"}
 # What a message may carry for the template to render: an assistant's calls, a tool's result and name.
