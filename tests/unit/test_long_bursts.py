@@ -56,6 +56,11 @@ def test_a_draft_that_is_not_sure_is_verified_up_to_the_chain_length_at_most() -
     controller.calibration.by_confidence[9] = 0.85  # sure enough to verify, not for a long burst
     assert controller.survival(0.95) < LONG_SURE
     assert controller.cut([0.95] * 16) == 8
+    # An answer whose drafts did better than expected trusts them more (LossBudget.trust): that
+    # scales what each piece is expected to give, but does not make it sure.
+    assert controller.survival(0.95, trust=1.2) >= LONG_SURE
+    assert controller.cut([0.95] * 16, trust=1.2) == 8
+    assert controller.cut([0.75] * 16, trust=0.5) <= 8  # a trust below 1 lowers the bar's reading too
 
 
 def test_no_long_burst_before_what_verifying_costs_is_measured_or_where_rows_are_dear() -> None:

@@ -24,9 +24,9 @@ Long bursts for sure copies: a draft is verified up to CHAIN_K pieces (or k_max,
 past that, up to k_max, only while each further piece survives at least LONG_SURE of the time, as
 the controller has calibrated such pieces, and only where it has measured what verifying costs (the
 cost model's per-row cost, extrapolated past the longest burst measured): an agent rewriting a file
-it read re-emits long runs that a free drafter finds with certainty, and a burst of 16 verifies them
-for little more than one of 8 costs. A draft model's K stays within CHAIN_K: it is chosen before the
-draft's confidences are known.
+it read re-emits long runs that a free drafter finds with certainty, where each row more in a burst
+costs a fraction of a standard token. A draft model's K stays within CHAIN_K: it is chosen before
+the draft's confidences are known.
 
 `waits_for_closed_token`: over HTTP a round right after a standard segment also waits for the token
 the closed stream was computing (cost_model.py). It is charged once, where a standard segment is
@@ -48,10 +48,11 @@ MARGIN = 1.02  # speculation must beat standard by this factor: noise should not
 SKIP_AFTER = 4  # probes in a row that did not pay, after which whole answers go standard ...
 RETRY_ANSWERS = 8  # ... but for one answer in this many, which speculates anyway ...
 MAX_RETRY_ANSWERS = 64  # ... doubled after each retry that did not pay, up to this
-CHAIN_K = 8  # the longest draft verified but for a sure copy (the engine's default k_max before long bursts)
-# A piece past CHAIN_K is verified only where pieces as confident survived at least this often here:
-# at 0.9 each further piece gains 0.9 of a standard token's time at most, where a row of a burst
-# costs a fraction of one (in process on this CPU, K = 8 to 16: about a tenth).
+CHAIN_K = 8  # the longest draft verified but for a sure copy (k_max's default before long bursts)
+# A piece past CHAIN_K is verified only where pieces as confident survived at least this often here;
+# `cut` then weighs what it is expected to give against what its row costs. A bar, not the rate alone:
+# past 8 pieces the expected gain of one more is small and its estimate, the product of 9 or more
+# survivals, is only as good as the calibration, so only pieces it is sure of are bet on.
 LONG_SURE = 0.9
 
 
@@ -207,7 +208,7 @@ class Adaptive(DraftLengthController):
         expected, reach, best, best_rate = 1.0, 1.0, 0, 0.0
         for length, value in enumerate(confidence[: self.k_max], 1):
             survival = self.survival(value, trust, source)
-            if length > self.chain and not self._long(survival):
+            if length > self.chain and not self._long(value, trust, source):
                 break
             reach *= survival
             expected += reach
@@ -216,10 +217,12 @@ class Adaptive(DraftLengthController):
                 best, best_rate = length, rate
         return best if best_rate * standard > MARGIN else 0
 
-    def _long(self, survival: float) -> bool:
-        """Whether a piece past `chain` may be verified: it is sure (LONG_SURE) and what verifying costs
-        has been measured here, not the prior (which would have every long burst look cheap)."""
-        return survival >= LONG_SURE and bool(self.cost.verify_seconds)
+    def _long(self, confidence: float, trust: float, source: str) -> bool:
+        """Whether a piece past `chain` may be verified: pieces as confident survived LONG_SURE of the
+        time here, by the bins alone (an answer's `trust` may lower that, never raise it: a few early
+        survivals raise it above 1, and unsure pieces were verified 16 at a time, 0.7 accepted), and
+        what verifying costs has been measured, not the prior (which has every long burst look cheap)."""
+        return self.survival(confidence, min(trust, 1.0), source) >= LONG_SURE and bool(self.cost.verify_seconds)
 
     def probing(self) -> bool:
         return self.standard_streak >= self.probe_every
