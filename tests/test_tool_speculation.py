@@ -1,20 +1,29 @@
 """Agents get speculation: chats with tools and a history of calls and results, speculated by
 `cli.py serve` and by `cli.py proxy`, answer exactly as the same server with speculation off (content
 and tool calls, their random ids aside), streamed and not, through ollama-python, the OpenAI SDK and
-LangChain's bind_tools. (How the engine splits an answer's text: tests/unit/test_tool_routing.py.)"""
+LangChain's bind_tools; a call the model writes in its template's tag comes back as the call upstream
+parses (a stand-in model whose tag the model writes: tests/support/fenced_model.py); sampled tool
+chats keep the target's distribution; steps of the agent workload (prompts/agents.jsonl) through the
+proxy are all speculated. (How the engine splits an answer's text: tests/unit/test_tool_routing.py.)"""
 
 from __future__ import annotations
 
+import json
 import re
+from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import ollama
 import openai
 import pytest
 
+from tests.support.fenced_model import FENCED, fenced_server
 from tests.support.models import DRAFT, TARGET
 from tests.support.proxy import running_proxy
+from utils.bench.agents import session_steps
+from utils.sampling import SamplingOptions, text_distribution
 
 OFF = {"X-Speculation": "off"}
 OPTIONS = {"temperature": 0, "num_predict": 200}
@@ -98,3 +107,140 @@ def test_a_tool_chat_is_speculated_through_the_proxy_and_answers_as_upstream(ser
         text = httpx.get(f"{url}/metrics", timeout=30).text
         assert 'spec_proxy_tool_requests_total{endpoint="/api/chat",mode="speculative"} 2' in text
         assert drafted(url) > 0
+
+
+# -- a call in the template's tag, through every client, by serve and through the proxy ---------------
+
+# The system message shows a call as the model writes it, so that prompt lookup has something to draft.
+EXAMPLE = '```json\n{\n  "name": "read_file",\n  "arguments": {\n    "path": "notes.txt"\n  }\n}\n```'
+READ = [{"role": "system", "content": f"{HISTORY[0]['content']} A call looks like this:\n{EXAMPLE}"},
+        {"role": "user", "content": "Read the file calc.py."}]
+
+
+@pytest.fixture(scope="module")
+def fenced(tmp_path_factory) -> Iterator[str]:
+    """A speculating server (prompt lookup, K = 4) with the stand-in whose tool-call tag is a fence."""
+    with fenced_server(tmp_path_factory.mktemp("fenced"), speculation=True,
+                       args=("--pair", f"{FENCED}=lookup", "--k", "4")) as url:
+        yield url
+
+
+def sdk_calls(calls) -> list[tuple[str, dict]]:
+    return [(call.function.name, json.loads(call.function.arguments)) for call in calls or []]
+
+
+def client_answers(url: str, headers: dict[str, str]) -> dict[str, tuple]:
+    """READ asked of FENCED six ways: ollama-python `tools=`, the OpenAI SDK with `tools` and
+    `tool_choice: "auto"`, LangChain's bind_tools, each whole and streamed; each as (content, calls
+    without ids, how it ended)."""
+    client = ollama.Client(host=url, headers=headers, timeout=600)
+    whole = client.chat(model=FENCED, messages=READ, tools=TOOLS, options=OPTIONS)
+    parts = list(client.chat(model=FENCED, messages=READ, tools=TOOLS, options=OPTIONS, stream=True))
+    sdk = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", default_headers=headers, max_retries=0, timeout=600)
+    ask = {"model": FENCED, "messages": READ, "tools": TOOLS, "tool_choice": "auto", "temperature": 0,
+           "max_tokens": 200}
+    choice = sdk.chat.completions.create(**ask).choices[0]
+    chunks = [chunk.choices[0] for chunk in sdk.chat.completions.create(**ask, stream=True) if chunk.choices]
+    from langchain_ollama import ChatOllama
+
+    chat = ChatOllama(model=FENCED, base_url=url, temperature=0, num_predict=200,
+                      client_kwargs={"headers": headers}).bind_tools(TOOLS)
+    reply = chat.invoke(READ)
+    pieces = list(chat.stream(READ))
+    streamed = sum(pieces[1:], pieces[0])  # LangChain's own merge of the chunks
+    return {
+        "ollama": (whole.message.content, calls(whole.message), whole.done_reason),
+        "ollama streamed": ("".join(part.message.content for part in parts),
+                            [c for part in parts for c in calls(part.message)], parts[-1].done_reason),
+        "openai": (choice.message.content or "", sdk_calls(choice.message.tool_calls), choice.finish_reason),
+        "openai streamed": ("".join(c.delta.content or "" for c in chunks),
+                            [call for c in chunks for call in sdk_calls(c.delta.tool_calls)], chunks[-1].finish_reason),
+        "langchain": (reply.content, [(c["name"], c["args"]) for c in reply.tool_calls],
+                      reply.response_metadata.get("done_reason")),
+        "langchain streamed": (streamed.content, [(c["name"], c["args"]) for c in streamed.tool_calls],
+                               streamed.response_metadata.get("done_reason")),
+    }
+
+
+def tool_requests(url: str, mode: str) -> int:
+    text = httpx.get(f"{url}/metrics", timeout=30).text
+    return sum(int(n) for n in re.findall(rf'^spec_proxy_tool_requests_total\{{[^}}]*mode="{mode}"[^}}]*\}} (\d+)',
+                                          text, re.M))
+
+
+def test_a_call_in_the_templates_tag_is_returned_as_upstream_parses_it_by_serve_and_through_the_proxy(fenced):
+    """The model writes its call in the template's tag (a ```json fence); upstream's parser returns it as
+    a call with no content. Speculated by serve and through the proxy, every client gets the same."""
+    standard = client_answers(fenced, OFF)
+    assert {name: answer[:2] for name, answer in standard.items()} == {
+        name: ("", [("read_file", {"path": "calc.py"})]) for name in standard}, standard  # a call, parsed
+    before, speculated_before = drafted(fenced), tool_requests(fenced, "speculative")
+    assert client_answers(fenced, {}) == standard
+    assert drafted(fenced) > before and tool_requests(fenced, "speculative") - speculated_before == 6
+    with running_proxy(fenced, "--pair", f"{FENCED}=lookup", "--k", "3") as url:
+        assert client_answers(url, {}) == standard
+        assert tool_requests(url, "speculative") == 6 and tool_requests(url, "forwarded") == 0
+        assert drafted(url) > 0
+
+
+# -- sampled tool chats keep the target's distribution --------------------------------------------------
+
+CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
+
+
+def test_sampled_tool_chats_keep_the_target_distribution(served):
+    """HISTORY's next answer begins `{"`, a fence, `<` (the tag's first letters) or `{` and a newline:
+    240 sampled answers to the chat with its tools, speculated (prompt lookup drafts from the first
+    token: the prompt's end, the assistant's turn, occurs before the earlier call), must draw their
+    first token as the target's top-5 distribution at temperature 1 says (chi-square, p = 0.001), as
+    tests/test_serve_speculation.py checks a plain prompt."""
+    options = SamplingOptions(temperature=1.0, top_k=5, top_p=1.0)
+    render = {"model": DRAFT, "messages": HISTORY, "tools": TOOLS, "stream": False, "_debug_render_only": True}
+    prompt = httpx.post(f"{served}/api/chat", json=render, timeout=300).json()["_debug_info"]["rendered_template"]
+    probe = {"model": DRAFT, "prompt": prompt, "raw": True, "stream": False, "logprobs": True, "top_logprobs": 20,
+             "options": {"temperature": 0, "num_predict": 1}}
+    top = httpx.post(f"{served}/api/generate", json=probe, headers=OFF, timeout=300).json()["logprobs"][0]
+    expected = text_distribution({t["token"]: t["logprob"] for t in top["top_logprobs"]}, options)
+    assert sum(p > 0.03 for p in expected.values()) >= 3, expected  # a distribution worth testing
+    runs, seen, methods, drafts = 240, Counter(), set(), 0
+    with httpx.Client(timeout=300) as client:
+        for _ in range(runs):  # no seed: a seeded sampled answer is standard generation's to repeat
+            body = {"model": DRAFT, "messages": HISTORY, "tools": TOOLS, "stream": False,
+                    "options": {"temperature": 1.0, "top_k": 5, "top_p": 1.0, "num_predict": 3}}
+            reply = client.post(f"{served}/api/chat", json=body).json()
+            methods.add(reply["speculative"]["method"])
+            drafts += reply["speculative"]["draft_tokens"]
+            text = reply["message"]["content"]  # 3 tokens are never a whole call: all of it is content
+            seen[max((t for t in expected if t and text.startswith(t)), key=len, default=text)] += 1
+    assert methods == {"sample-match"} and drafts > 0, (methods, drafts)
+    assert sum(seen[t] for t in seen if t not in expected) == 0, seen  # nothing the target cannot sample
+    common = [t for t, p in expected.items() if p * runs >= 5]
+    observed = [seen[t] for t in common] + [runs - sum(seen[t] for t in common)]
+    wanted = [expected[t] * runs for t in common] + [runs * (1 - sum(expected[t] for t in common))]
+    cells = [(o, e) for o, e in zip(observed, wanted) if e > 0.5]
+    chi2 = sum((o - e) ** 2 / e for o, e in cells)
+    assert chi2 < CHI2_CRITICAL_001[len(cells) - 1], (chi2, seen, expected)
+
+
+# -- the agent workload through the proxy: every tool-carrying request speculated -------------------------
+
+AGENTS = Path(__file__).parents[1] / "prompts" / "agents.jsonl"
+
+
+def test_agent_workload_steps_through_the_proxy_are_all_speculated(server_url):
+    """The first three steps of the workload's first session, each after the answers before it (as
+    `cli.py bench` asks them), through the proxy: /metrics counts three tool-carrying requests, all
+    speculated, none forwarded. K is fixed: with K chosen by the controller, the 0.5B target on a
+    2-core CPU is forwarded as `no_gain` after its first answer (the 1.5B, the workload's target,
+    was speculated on all three), a decision about speed that is not this test's."""
+    session = json.loads(AGENTS.read_text().splitlines()[0])
+    steps = session_steps(session)[:3]
+    history: list[dict] = []
+    with running_proxy(server_url, "--pair", f"{DRAFT}=suffix", "--k", "3") as url:
+        client = ollama.Client(host=url, timeout=600)
+        for step in steps:
+            history += step["said"]
+            reply = client.chat(model=DRAFT, messages=history, tools=step["tools"],
+                                options={"temperature": 0, "num_predict": 16})
+            history.append({"role": "assistant", "content": reply.message.content})
+        assert (tool_requests(url, "speculative"), tool_requests(url, "forwarded")) == (3, 0)

@@ -1,0 +1,45 @@
+"""A STAND-IN model whose template tags tool calls with a fence the model really writes.
+
+qwen2.5-coder (0.5B and 1.5B) never writes its template's `<tool_call>` tag: asked with tools, greedy, it
+answers bare JSON or a ```json fence, whatever the system message, the history (earlier calls rendered
+in tags) or a request to repeat a tagged call says (tried on 20 prompts; the tag's token is not among
+the first token's top 3). Ollama returns such answers as content (recordings 22-28), so no test of the
+tag would see a call. This stand-in is qwen2.5-coder:0.5b with its own Jinja template, `<tool_call>`
+and `</tool_call>` replaced by a ```json fence: the parser's tag becomes "```json" (Ollama's parseTag
+reads it from the template, utils/tool_calls.tool_tag), and the model's own fenced answer is a call
+that upstream's parser reads as a tagged call.
+
+    with fenced_server(folder, speculation=True, args=("--pair", f"{FENCED}=lookup")) as url:
+        ...  # FENCED answers "Read the file calc.py." with a read_file call
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from tests.support.models import DRAFT
+from tests.support.own_server import own_server
+from utils.bench.stand_in import register, write_gguf
+
+FENCED = "stand-in-fenced-calls:latest"
+FENCE = "```json"
+
+
+def fenced(template: str) -> str:
+    """`template` with its tool-call tags (and the instructions that name them) as a ```json fence."""
+    assert "<tool_call>" in template, "the base template writes no <tool_call> tag"
+    return template.replace("</tool_call>", "```").replace("<tool_call>", FENCE).replace("XML tags", "fences")
+
+
+@contextmanager
+def fenced_server(folder: Path, speculation: bool = False, args: tuple[str, ...] = ()) -> Iterator[str]:
+    """The URL of a server of its own (own_server.py: the user's data folder is never written) that
+    has DRAFT and the stand-in FENCED, created through the real /api/create."""
+    with own_server(folder, (DRAFT,), speculation, args) as url:
+        template = httpx.post(f"{url}/api/show", json={"model": DRAFT}, timeout=60).json()["template"]
+        register(url, write_gguf(folder / "stand-ins", DRAFT, template=fenced(template)), FENCED)
+        yield url
