@@ -21,9 +21,10 @@ from pathlib import Path
 
 import httpx
 
+from config import Settings
 from tests.support.models import DRAFT
 from tests.support.own_server import own_server
-from utils.bench.stand_in import register, write_gguf
+from utils.embedded.store.models import ModelStore
 
 FENCED = "stand-in-fenced-calls:latest"
 FENCE = "```json"
@@ -35,11 +36,28 @@ def fenced(template: str) -> str:
     return template.replace("</tool_call>", "```").replace("<tool_call>", FENCE).replace("XML tags", "fences")
 
 
+def write_gguf(path: Path, template: str) -> Path:
+    """DRAFT's GGUF (its tensors and metadata, from the installed models) at `path`, its chat template
+    replaced by `template`."""
+    import gguf
+    from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+    reader = gguf.GGUFReader(ModelStore(Settings().models_dir).path(DRAFT), "r")
+    writer = gguf.GGUFWriter(path, arch=reader.get_field(gguf.Keys.General.ARCHITECTURE).contents(),
+                             endianess=reader.endianess)
+    replaced = {gguf.Keys.Tokenizer.CHAT_TEMPLATE: MetadataDetails(gguf.GGUFValueType.STRING, template)}
+    copy_with_new_metadata(reader, writer, replaced, [])
+    return path
+
+
 @contextmanager
 def fenced_server(folder: Path, speculation: bool = False, args: tuple[str, ...] = ()) -> Iterator[str]:
     """The URL of a server of its own (own_server.py: the user's data folder is never written) that
     has DRAFT and the stand-in FENCED, created through the real /api/create."""
     with own_server(folder, (DRAFT,), speculation, args) as url:
         template = httpx.post(f"{url}/api/show", json={"model": DRAFT}, timeout=60).json()["template"]
-        register(url, write_gguf(folder / "stand-ins", DRAFT, template=fenced(template)), FENCED)
+        path = write_gguf(folder / "fenced.gguf", fenced(template))
+        created = httpx.post(f"{url}/api/create", json={"model": FENCED, "from": str(path), "stream": False},
+                             timeout=300)
+        created.raise_for_status()
         yield url
