@@ -10,7 +10,6 @@ from playwright.sync_api import Page, expect
 from tests.support.browser import RunningApp
 from tests.support.driving import (
     DRAFT_SPAN,
-    LOOKUP_OPTION,
     answer_after,
     answer_stats,
     assistant_messages,
@@ -34,7 +33,8 @@ def test_an_example_prompt_answers_with_its_drafter(page: Page, own_server_app: 
     open_advanced(page)
     expect(sidebar(page).get_by_text("Temperature", exact=True)).to_be_visible()
 
-    # Start from standard generation: the example turns speculation on and picks prompt lookup.
+    # Start from standard generation: the example turns speculation on and picks prompt lookup for its
+    # answer, then gives the user's settings back.
     set_number(page, "Max tokens", 96)
     # A fixed K drafts from the first token; "auto" measures standard speed first and, with a target as
     # fast as smollm2:135m on two cores, may find drafting does not pay within so short an answer.
@@ -46,8 +46,12 @@ def test_an_example_prompt_answers_with_its_drafter(page: Page, own_server_app: 
     expect(complete).to_be_disabled()  # this app's server has only smollm2:135m
     expect(main).to_contain_text("qwen2.5-coder:1.5b ← qwen2.5-coder:0.5b (not installed)")
 
+    expect(main).to_contain_text("your target ← lookup")  # which drafter each example uses
     answer_after(page, edit.click)
-    expect(sidebar(page).get_by_role("combobox", name="Drafter")).to_have_value(LOOKUP_OPTION)
+    # The example answered with prompt lookup (its stats, below); then the user's own settings came back:
+    # standard generation, as chosen before the click.
+    expect(sidebar(page).get_by_role("switch", name="Speculative decoding")).not_to_be_checked()
+    expect(sidebar(page).get_by_role("combobox", name="Drafter")).to_have_count(0)
     expect(page.get_by_test_id("stChatMessage").first).to_contain_text("Add type hints and a docstring")
     answer = assistant_messages(page).last
     assert answer.get_by_test_id("stChatMessageContent").inner_text().strip()
