@@ -7,10 +7,12 @@ import os
 import subprocess
 import sys
 
+import httpx
 import pytest
 
 from config import Settings
 from tests.support.models import DRAFT, ROOT, SMALL, TARGET
+from tests.support.own_server import own_server
 from utils.bench.runner import BenchConfig, load_prompts, run_bench
 
 PROMPTS = [
@@ -132,3 +134,29 @@ def test_an_agent_session_step_by_step_reported_by_kind_and_session(server_url, 
     assert "## call" in report and "## By kind of turn" in report
     assert f"| project | lookup | auto | {session['id']} | 2 |" in report
     assert "| 2/2 |" in report  # both steps answered as the standard configuration did
+
+
+def test_a_reasoning_prompt_on_the_stand_in_thinker_the_bench_creates(tmp_path):
+    """The reasoning workload's form on the 0.5B stand-in thinking model (utils/bench/stand_in.py), which the
+    benchmark creates on its server (a data folder of its own): `think` sent, the reasoning kept apart
+    from the answer and identical to the standard run's, both timed, and the report's section on them."""
+    prompt = {"id": "add", "category": "function", "think": True, "max_tokens": 96,
+              "prompt": "Write a Python function add(a, b) that returns a + b."}
+    prompts = tmp_path / "reasoning.jsonl"
+    prompts.write_text(json.dumps(prompt) + "\n")
+    with own_server(tmp_path, (DRAFT,)) as url:
+        config = BenchConfig(prompts_file=prompts, target="stand-in-thinker:0.5b", drafters=["suffix"],
+                             out_dir=tmp_path / "run", host=url)
+        out = run_bench(Settings(data_dir=tmp_path), config)
+        shown = httpx.post(f"{url}/api/show", json={"model": "stand-in-thinker:0.5b"}).json()
+    assert "thinking" in shown["capabilities"]
+    runs = {r["drafter"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    standard, suffix = runs["none"], runs["suffix"]
+    assert standard["thinking"] and "def add" in standard["text"]  # it reasons, then answers
+    assert (suffix["thinking"], suffix["text"]) == (standard["thinking"], standard["text"])
+    for run in (standard, suffix):
+        phases = run["phases"]
+        assert 0 < phases["thinking_s"] < phases["content_s"] < phases["end_s"]
+    report = (out / "report.md").read_text()
+    assert "stand-in-thinker:0.5b is a STAND-IN thinking model: qwen2.5-coder:0.5b" in report
+    assert "## Reasoning and answer apart" in report and "| project | suffix | auto | function | 1 | 1 |" in report

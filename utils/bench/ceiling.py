@@ -28,11 +28,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
+from config import get_settings
 from utils.bench.overhead_measure import Bench, Row
+from utils.bench.reasoning import split, tags_of, thinks
 from utils.bench.runner import BenchConfig, load_prompts
+from utils.bench.stand_in import StandInError, ensure, stand_in
 from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
 from utils.engine.drafters import Drafter, DraftSetup, build_drafter, model_free_drafters
@@ -123,18 +128,22 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
         drafting: dict[str, list[float]] = {name: [] for name in drafters}  # seconds per drafted piece
         history: dict[str, list[dict[str, str]]] = {}  # a conversation's turns so far, with the standard answers
         longest: tuple[str, list[str]] = ("", [])
+        tags = await tags_of(server, target)  # a thinking model's: its answers reason, then answer
         for prompt in prompts:
             text = prompt["prompt"]
             messages = [*history.get(prompt.get("conversation", ""), []), {"role": "user", "content": text}]
-            if prompt.get("chat", True):
-                text = await server.render_chat(target, messages, {"num_ctx": NUM_CTX})
+            if prompt.get("chat", True):  # rendered with the prompt's `think`, as the benchmark renders it
+                text = await server.render_chat(target, messages, {"num_ctx": NUM_CTX}, prompt.get("think"))
+            # The raw continuation, reasoning included: what the engine speculates for a thinking answer.
             tokens = await standard_answer(server, target, text, max_tokens or prompt.get("max_tokens", 128))
             for name, drafter in built.items():
                 answers[name].append((prompt, tokens, await accepted_lengths(drafter, text, tokens, k_max,
                                                                              drafting[name])))
                 drafter.finish(text, "".join(tokens))  # what the decoder does once an answer is complete
-            if "conversation" in prompt:
-                history[prompt["conversation"]] = [*messages, {"role": "assistant", "content": "".join(tokens)}]
+            if "conversation" in prompt:  # the answer as the server splits it, as a client sends it back
+                thinking, content = split("".join(tokens), text, tags if thinks(prompt) else None)
+                answer = {"role": "assistant", "content": content, **({"thinking": thinking} if thinking else {})}
+                history[prompt["conversation"]] = [*messages, answer]
             longest = max(longest, (text, tokens), key=lambda pair: len(pair[1]))
         rows = await measure_costs(bench, *longest, k_max, repeat)
     finally:
@@ -168,14 +177,17 @@ def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str
             figures.append(len(tokens) * costs["standard"] / seconds if seconds else 1.0)
         bursts = {k: wall[f"burst{k}"] for k in range(1, k_max + 1)}
         figures.append(len(tokens) * wall["standard"] / eager(accepted, wall["standard"], bursts) if tokens else 1.0)
-        bounds.setdefault(prompt["category"], []).append(tuple(figures))
+        best_wall = cheapest(accepted, wall["standard"], {k: wall[f"burst{k}"] for k in range(1, k_max + 1)})[0]
+        bounds.setdefault(prompt["category"], []).append((*figures, len(tokens) * wall["standard"], best_wall))
         lines.append(f"{prompt['id']:14} {len(tokens):6d} {drafts:6d} {figures[0]:10.2f}x {figures[1]:6.2f}x "
                      f"{figures[2]:10.2f}x")
     bounds["all"] = [b for category in list(bounds) for b in bounds[category]]
     for category, values in bounds.items():
         wall_x, engine_x, eager_x = (statistics.median(v[i] for v in values) for i in range(3))
+        best = sum(v[4] for v in values)  # the summed times: a long answer weighs more, as in `bench`'s aggregate
+        aggregate = f", aggregate wall {sum(v[3] for v in values) / best:.2f}x" if best else ""
         lines.append(f"median, {category:9} wall {wall_x:.2f}x, engine {engine_x:.2f}x, eager {eager_x:.2f}x "
-                     f"({len(values)} prompts)")
+                     f"({len(values)} prompts){aggregate}")
     return "\n".join(lines)
 
 
@@ -202,16 +214,19 @@ def main(argv: list[str] | None = None) -> int:
     drafters = args.draft or ["lookup"]
     config = BenchConfig(args.prompts, args.target, drafters, limit=args.limit, categories=categories)
     prompts = load_prompts(config)
-    if args.host:
-        print(asyncio.run(measure(args.host, args.target, prompts, drafters, args.k_max, args.repeat, args.max_tokens)))
-        return 0
     from utils.embedded.server import EmbeddedServer
 
-    with EmbeddedServer() as server:
-        print(asyncio.run(measure(server.url, args.target, prompts, drafters, args.k_max, args.repeat,
-                                  args.max_tokens)))
+    settings = get_settings()
+    with ExitStack() as stack:
+        url = args.host or stack.enter_context(EmbeddedServer()).url
+        if stand_in(args.target):  # a stand-in thinking model: made and registered if missing (or why not)
+            try:
+                ensure(url, args.target, settings.data_dir, settings.models_dir)
+            except StandInError as error:
+                print(f"error: {error.message}", file=sys.stderr)
+                return 1
+        print(asyncio.run(measure(url, args.target, prompts, drafters, args.k_max, args.repeat, args.max_tokens)))
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from utils.bench.native import ENGINE as NATIVE
+from utils.bench.reasoning import thinking_markdown
+from utils.bench.stand_in import stand_in
 from utils.engine.drafters import NONE as STANDARD
 from utils.engine.stats import AnswerStats, merge
 
@@ -232,6 +234,9 @@ def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         f"- Prompts: {config['prompts_file']}, repeats: {config['repeat']}, temperature {config['temperature']}",
         f"- Runs: {len(data['runs'])}, started {data['started']}",
     ]
+    if model := stand_in(config["target"]):
+        lines.append(f"- {config['target']} is a STAND-IN thinking model: {model.base} with a Qwen3-style template "
+                     "(utils/bench/stand_in.py), not a reasoning model; quote its figures as a stand-in's")
     if consistency := data.get("self_consistency"):
         same = sum(pair["same"] for pair in consistency)
         lines.append(f"- Server self-consistency: {same} of {len(consistency)} greedy standard answers "
@@ -268,6 +273,7 @@ def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         lines.append("")
     if any("conversation" in r for r in data["runs"]):
         lines += _sessions_markdown(data, rows)
+    lines += thinking_markdown(data)
     plain = plain_decoding(data)
     if plain:
         lines += ["## Plain decoding: the project's standard generation against llama-server", "",

@@ -11,6 +11,10 @@ tokens/s of the same prompt and repeat. The bound is what the speculative rounds
 the speed-up if every round were like the measured ones; below 1, speculation cannot pay on this
 machine and the adaptive controller should fall back to K = 0.
 
+A line's `think` (true, false or a level) goes with its requests; the reasoning workload
+(prompts/reasoning.jsonl, utils/bench/reasoning.py) runs on a thinking model or the stand-in of
+utils/bench/stand_in.py, created on the server if missing, and its reasoning is reported apart.
+
 A multi-turn line, a conversation (prompts/conversations.jsonl) or an agent session with tools and
 scripted tool results (prompts/agents.jsonl, utils/bench/agents.py), is asked turn by turn, each turn
 after the configuration's own earlier answers; an agent step is reported by the kind of its answer.
@@ -39,7 +43,9 @@ import httpx
 from config import Settings
 from utils.bench.agents import STEP, session_problems, session_steps, step_kind
 from utils.bench.native import ANCHOR, NativeError, NativeServer, server_binary, speculation_args
+from utils.bench.reasoning import split, tags_of, think_problems, thinks, timed_answer
 from utils.bench.report import NATIVE, PROJECT, engine_of, summarize, write_report
+from utils.bench.stand_in import ensure, stand_in
 from utils.embedded.runtime.loaded import DEFAULT_NUM_CTX
 from utils.embedded.store.models import ModelStore, normalize_name
 from utils.engine.answer import collect
@@ -99,6 +105,7 @@ def load_prompts(config: BenchConfig) -> list[dict[str, Any]]:
                 raise ValueError(f"{config.prompts_file}:{number}: not JSON ({error})") from None
             if not problems and "task" in prompt:
                 problems = session_problems(prompt)
+            problems = problems or think_problems(prompt)
             if problems:
                 raise ValueError(f"{config.prompts_file}:{number}: {'; '.join(problems)}")
             prompts.append(prompt)
@@ -129,7 +136,7 @@ def _turns(prompt: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"id": f"{prompt['id']}/{number}", "category": f"turn {number}", "conversation": prompt["id"],
              "kind": prompt["category"], "turn": number, "prompt": text, "chat": True,
              "said": [{"role": "user", "content": text}],
-             **({"max_tokens": prompt["max_tokens"]} if "max_tokens" in prompt else {})}
+             **{key: prompt[key] for key in ("max_tokens", "think") if key in prompt}}
             for number, text in enumerate(prompt["turns"], start=1)]
 
 
@@ -140,8 +147,14 @@ def _history(data: dict[str, Any], prompt: dict[str, Any], repeat: int, configur
     earlier = sorted((run for run in data["runs"] if run.get("conversation") == prompt.get("conversation")
                       and (run["repeat"], engine_of(run), run["drafter"], run["k"]) == (repeat, *configuration)
                       and run["turn"] < prompt.get("turn", 0)), key=lambda run: run["turn"])
-    messages = [m for run in earlier for m in (*_said(run), {"role": "assistant", "content": run["text"]})]
+    messages = [m for run in earlier for m in (*_said(run), _answered(run))]
     return [*messages, *_said(prompt)]
+
+
+def _answered(run: dict[str, Any]) -> dict[str, Any]:
+    """An earlier answer as a client sends it back: its content, and its reasoning as Ollama returned it."""
+    reasoning = {"thinking": run["thinking"]} if run.get("thinking") else {}
+    return {"role": "assistant", "content": run["text"], **reasoning}
 
 
 def _said(turn: dict[str, Any]) -> list[dict[str, Any]]:
@@ -154,7 +167,7 @@ def _request(config: BenchConfig, prompt: dict[str, Any], messages: list[dict[st
     """The project's request for a prompt (a turn: its `messages`, with the session's tools)."""
     return GenerationRequest(prompt=prompt["prompt"], messages=messages, raw=not prompt.get("chat", True),
                              max_tokens=config.max_tokens or prompt.get("max_tokens", 128), options=options, k=k,
-                             tools=prompt.get("tools"))
+                             tools=prompt.get("tools"), think=prompt.get("think"))
 
 
 def machine() -> dict[str, Any]:
@@ -178,8 +191,9 @@ def _save(path: Path, data: dict[str, Any]) -> None:
 
 
 def _start_anchors(settings: Settings, config: BenchConfig, anchors: dict[tuple[str, str], NativeServer],
-                   stopping: threading.Event) -> None:
-    """One llama-server per native (drafter, K), on the bundled GGUF files of the same model names, into
+                   stopping: threading.Event, target_file: Path | None = None) -> None:
+    """One llama-server per native (drafter, K), on the bundled GGUF files of the same model names (the
+    target's `target_file` instead, a stand-in's), into
     `anchors`. It runs in a worker thread, which a signal does not interrupt: when the benchmark ends
     meanwhile (`stopping`), it starts no more and stops those it started, the last one included."""
     store = ModelStore(settings.models_dir)
@@ -194,7 +208,7 @@ def _start_anchors(settings: Settings, config: BenchConfig, anchors: dict[tuple[
         return store.path(name)
 
     binary = server_binary()
-    target = model_file(config.target)
+    target = target_file or model_file(config.target)
     try:
         for engine, drafter, k in config.configurations():
             if engine != NATIVE or stopping.is_set():
@@ -221,7 +235,8 @@ async def _raw_prompts(target: OllamaClient, config: BenchConfig, settings: Sett
     for prompt in prompts:
         if prompt.get("chat", True):
             raw[prompt["id"]] = await target.render_chat(
-                config.target, [{"role": "user", "content": prompt["prompt"]}], settings.engine.context_options())
+                config.target, [{"role": "user", "content": prompt["prompt"]}], settings.engine.context_options(),
+                prompt.get("think"))
         else:
             raw[prompt["id"]] = prompt["prompt"]
     return raw
@@ -245,6 +260,11 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     target, _ = servers(settings, config.host)
     data["server"] = {"url": target.url, "version": ".".join(map(str, await target.version())),
                       "embedded": await target.is_embedded()}
+    stand_in_file = None
+    if stand_in(config.target):  # a stand-in thinking model (stand_in.py): made and registered if missing
+        stand_in_file = await asyncio.to_thread(ensure, target.url, config.target, settings.data_dir,
+                                                settings.models_dir)
+    tags = await tags_of(target, config.target)  # how the server splits the target's reasoning, if it does
     decoders: dict[tuple[str, int], SpeculativeDecoder] = {}  # by (drafter, the controller's longest K)
 
     def ceiling(k: str) -> int:  # `auto:N`: the controller chooses up to N
@@ -263,7 +283,7 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
             raw_prompts = await _raw_prompts(target, config, settings, prompts)
             stopping = threading.Event()
             try:
-                await asyncio.to_thread(_start_anchors, settings, config, anchors, stopping)
+                await asyncio.to_thread(_start_anchors, settings, config, anchors, stopping, stand_in_file)
             except BaseException:  # ended meanwhile (Ctrl-C, kill): the thread stops what it started
                 stopping.set()
                 raise
@@ -282,21 +302,22 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                     request = _request(config, prompt, messages,
                                        SamplingOptions(temperature=config.temperature, seed=repeat).to_ollama(),
                                        k=None if k.startswith("auto") else int(k))
-                    result = await collect(decoders[drafter, ceiling(k)], request)
+                    result = await timed_answer(decoders[drafter, ceiling(k)], request)
                 else:
                     raw = (await target.render_chat(config.target, messages, settings.engine.context_options(),
-                                                    tools=prompt.get("tools"))
+                                                    prompt.get("think"), prompt.get("tools"))
                            if messages else raw_prompts[prompt["id"]])
                     result = await anchors[(drafter, k)].complete(
                         client, raw, config.max_tokens or prompt.get("max_tokens", 128), config.temperature,
                         seed=repeat)
+                    result["thinking"], result["text"] = split(result["text"], raw, tags if thinks(prompt) else None)
                 turn = {key: prompt[key] for key in ("conversation", "turn", "kind", "said") if key in prompt}
                 category = step_kind(result["text"]) if prompt["category"] == STEP else prompt["category"]
                 data["runs"].append({"prompt_id": prompt["id"], "category": category, "repeat": repeat,
                                      "engine": engine, "drafter": drafter, "k": k, "target": config.target,
                                      "text": result["text"], "stats": result["stats"], "finished": time.time(),
-                                     **turn,
-                                     **{key: result[key] for key in ("llama_timings",) if key in result}})
+                                     **turn, **{key: result[key] for key in ("llama_timings", "phases", "thinking")
+                                                 if result.get(key)}})
                 _save(results_path, data)
             standard = decoders.get((STANDARD, settings.engine.k_max))
             if config.temperature == 0 and standard is not None and "self_consistency" not in data:
