@@ -1,10 +1,11 @@
 """A STAND-IN model whose template tags tool calls with a fence the model really writes.
 
 qwen2.5-coder (0.5B and 1.5B) never writes its template's `<tool_call>` tag: asked with tools, greedy, it
-answers bare JSON or a ```json fence, whatever the system message, the history (earlier calls rendered
-in tags) or a request to repeat a tagged call says (tried on 20 prompts; the tag's token is not among
-the first token's top 3). Ollama returns such answers as content (recordings 22-28), so no test of the
-tag would see a call. This stand-in is qwen2.5-coder:0.5b with its own Jinja template, `<tool_call>`
+answers bare JSON or a ```json fence, whatever the system message (the tag asked for, with an example),
+the history (earlier calls, which the template renders in the tag) or a request to repeat a tagged call
+says (27 chats on each model, 2026-11-27; after two tagged calls in the history the tag is not among the
+first token's three likeliest). Ollama returns such answers as content (recordings 22-28), so no test
+of the tag would see a call. This stand-in is qwen2.5-coder:0.5b with its own Jinja template, `<tool_call>`
 and `</tool_call>` replaced by a ```json fence: the parser's tag becomes "```json" (Ollama's parseTag
 reads it from the template, utils/tool_calls.tool_tag), and the model's own fenced answer is a call
 that upstream's parser reads as a tagged call.
