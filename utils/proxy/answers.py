@@ -17,7 +17,8 @@ from utils.engine.stats import AnswerStats
 NS = 1_000_000_000
 
 
-def _text_fields(text: str, chat: bool, calls: list[dict[str, Any]] | None = None, thinking: str = "") -> dict[str, Any]:
+def _text_fields(text: str, chat: bool, calls: list[dict[str, Any]] | None = None,
+                 thinking: str = "") -> dict[str, Any]:
     extra = {"thinking": thinking} if thinking else {}
     if not chat:
         return {"response": text, **extra}
@@ -72,7 +73,8 @@ async def messages(model: str, chat: bool, stream: Answer, on_done: Any) -> Asyn
             if isinstance(event, TextEvent):
                 yield {"model": model, "created_at": now(), **_text_fields(event.text, chat), "done": False}
             elif isinstance(event, ThinkingEvent):
-                yield {"model": model, "created_at": now(), **_text_fields("", chat, thinking=event.text), "done": False}
+                yield {"model": model, "created_at": now(), **_text_fields("", chat, thinking=event.text),
+                       "done": False}
             elif isinstance(event, ToolCallEvent):
                 yield {"model": model, "created_at": now(), **_text_fields("", chat, event.calls), "done": False}
             else:
