@@ -149,11 +149,19 @@ def test_a_reasoning_prompt_on_the_stand_in_thinker_the_bench_creates(tmp_path):
                              out_dir=tmp_path / "run", host=url)
         out = run_bench(Settings(data_dir=tmp_path), config)
         shown = httpx.post(f"{url}/api/show", json={"model": "stand-in-thinker:0.5b"}).json()
+        plain = BenchConfig(prompts_file=prompts, target=DRAFT, drafters=["suffix"], out_dir=tmp_path / "plain",
+                            host=url)
+        with pytest.raises(ValueError, match=rf"the prompts ask to think \(think: true\) and {DRAFT} cannot think; "
+                                             "use a thinking model or the stand-in: --target stand-in-thinker:1.5b"):
+            run_bench(Settings(data_dir=tmp_path), plain)  # refused before any answer, not with the server's 400s
     assert "thinking" in shown["capabilities"]
     runs = {r["drafter"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
     standard, suffix = runs["none"], runs["suffix"]
     assert standard["thinking"] and "def add" in standard["text"]  # it reasons, then answers
     assert (suffix["thinking"], suffix["text"]) == (standard["thinking"], standard["text"])
+    assert suffix["stats"]["mode"] == "speculative"  # the thinking answer speculated, not sent upstream
+    reasoning = suffix["stats"]["thinking_tokens"]
+    assert 0 < reasoning == standard["stats"]["thinking_tokens"] < suffix["stats"]["output_tokens"]
     for run in (standard, suffix):
         phases = run["phases"]
         assert 0 < phases["thinking_s"] < phases["content_s"] < phases["end_s"]

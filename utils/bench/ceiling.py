@@ -128,7 +128,7 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
         drafting: dict[str, list[float]] = {name: [] for name in drafters}  # seconds per drafted piece
         history: dict[str, list[dict[str, str]]] = {}  # a conversation's turns so far, with the standard answers
         longest: tuple[str, list[str]] = ("", [])
-        tags = await tags_of(server, target)  # a thinking model's: its answers reason, then answer
+        tags = await tags_of(server, target, prompts)  # a thinking model's: its answers reason, then answer
         for prompt in prompts:
             text = prompt["prompt"]
             messages = [*history.get(prompt.get("conversation", ""), []), {"role": "user", "content": text}]

@@ -15,6 +15,7 @@ content, and its next turns the same history, as the project's; it reports no to
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from utils.embedded.http.thinking import LEVELS
@@ -54,11 +55,16 @@ async def timed_answer(decoder: Decoder, request: GenerationRequest) -> dict[str
                                  "end_s": time.perf_counter() - started}}
 
 
-async def tags_of(server: OllamaClient, model: str) -> tuple[str, str] | None:
+async def tags_of(server: OllamaClient, model: str, prompts: Sequence[dict[str, Any]] = ()) -> tuple[str, str] | None:
     """The tags the server splits `model`'s reasoning by (None: it does not split it): the embedded
-    server's for a Jinja template, Ollama's inferred from a Go template."""
+    server's for a Jinja template, Ollama's inferred from a Go template. ValueError where `prompts` ask
+    a model that cannot think to think (the server would refuse each with a 400)."""
     shown = await server.show(model)
     if "thinking" not in shown.get("capabilities", []):
+        asking = sorted({str(p["think"]).lower() for p in prompts if p.get("think") not in (None, False)})
+        if asking:
+            raise ValueError(f"the prompts ask to think (think: {', '.join(asking)}) and {model} cannot think; "
+                             "use a thinking model or the stand-in: --target stand-in-thinker:1.5b")
         return None
     template = shown.get("template") or ""
     return embedded_tags(template) if await server.is_embedded() else ollama_tags(template)

@@ -264,7 +264,7 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     if stand_in(config.target):  # a stand-in thinking model (stand_in.py): made and registered if missing
         stand_in_file = await asyncio.to_thread(ensure, target.url, config.target, settings.data_dir,
                                                 settings.models_dir)
-    tags = await tags_of(target, config.target)  # how the server splits the target's reasoning, if it does
+    tags = await tags_of(target, config.target, prompts)  # how the server splits its reasoning, if it does
     decoders: dict[tuple[str, int], SpeculativeDecoder] = {}  # by (drafter, the controller's longest K)
 
     def ceiling(k: str) -> int:  # `auto:N`: the controller chooses up to N
