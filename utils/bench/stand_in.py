@@ -10,10 +10,11 @@ reasoning and, if it closes the tag, the answer. To make a greedy answer do both
 one example exchange in that form (a question, `<think>` reasoning `</think>`, the answer); greedy, the
 model follows it. An answer that never closes the tag is all thinking.
 
-Which base: qwen2.5-coder:1.5b, the strongest bundled model (the benchmark's stand-in,
-`stand-in-thinker:1.5b`: greedy, it reasons then answers on each prompt of prompts/reasoning.jsonl);
-qwen2.5-coder:0.5b for the tests (`write_gguf`'s default: faster, and enough for "What is 3 + 5?").
-The template is ChatML (`<|im_start|>`), so only a ChatML base works.
+Which base: qwen2.5-coder:1.5b, the strongest bundled model, is the benchmark's stand-in
+(`stand-in-thinker:1.5b`, with REASONING_TEMPLATE): greedy, it reasons and then answers in all 22
+answers of prompts/reasoning.jsonl, though a few answers copy the example. qwen2.5-coder:0.5b is the
+tests' (`write_gguf`'s default, TEMPLATE: faster, and enough for "What is 3 + 5?"). The template is
+ChatML (`<|im_start|>`), so only a ChatML base works.
 """
 
 from __future__ import annotations
