@@ -189,3 +189,16 @@ def test_the_ceiling_reports_the_aggregate_beside_the_medians() -> None:
                ({"id": "c", "category": "c"}, ["x"] * 8, [[]] * 8)]
     text = ceiling_report(rows, answers, "m", "suffix", 3, 1, [], True)
     assert "median, all       wall 1.00x, engine 1.00x, eager 1.00x (3 prompts), aggregate wall 1.17x" in text
+
+
+def test_identical_means_the_same_reasoning_too() -> None:
+    """Two answers with the same content and different reasoning are not identical (nor is a run with
+    reasoning identical to one without)."""
+    runs = [run("project", "none", "a", "c", "code", {}, thinking="plan A"),
+            run("project", "suffix", "a", "c", "code", {}, thinking="plan B"),
+            run("project", "none", "b", "c", "code", {}, thinking="plan"),
+            run("project", "suffix", "b", "c", "code", {}),
+            run("project", "none", "d", "c", "code", {}, thinking="plan"),
+            run("project", "suffix", "d", "c", "code", {}, thinking="plan")]
+    rows = {r["category"]: r for r in summarize({**REASONED, "runs": runs})}
+    assert rows["all"]["identical_rate"] == pytest.approx(1 / 3)

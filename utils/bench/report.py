@@ -26,6 +26,11 @@ def _plain_runs(data: dict[str, Any]) -> dict[tuple, dict[str, Any]]:
     return {(engine_of(r), r["prompt_id"], r["repeat"]): r for r in data["runs"] if r["drafter"] == STANDARD}
 
 
+def same(run: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two runs answered alike: the same text, and the same reasoning (a thinking answer's)."""
+    return (run["text"], run.get("thinking", "")) == (other["text"], other.get("thinking", ""))
+
+
 def engine_of(run: dict[str, Any]) -> str:
     return run.get("engine", PROJECT)  # results.json from before the anchor existed has no engine
 
@@ -121,7 +126,7 @@ def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "mean_acceptance_length": total.mean_acceptance_length,
                 "accepted_per_verification": total.accepted_tokens / total.drafts if total.drafts else float("nan"),
                 "wasted": total.drafted_tokens - total.accepted_tokens,
-                "identical_rate": sum(standard[(engine, r["prompt_id"], r["repeat"])]["text"] == r["text"]
+                "identical_rate": sum(same(standard[(engine, r["prompt_id"], r["repeat"])], r)
                                       for r in runs) / len(runs),
                 "bound": bound, "of_bound": speedup / bound if bound and bound == bound else float("nan"),
                 "mean_k": statistics.fmean(total.k_history or [0]),
@@ -159,7 +164,7 @@ def _session_row(configuration: tuple[str, str, str], session: str, repeat: int 
     return {**dict(zip(("engine", "drafter", "k"), configuration, strict=True)), "session": session,
             "repeat": repeat, "steps": len(runs), "standard_s": standard, "speculative_s": speculative,
             "whole": aggregate(pairs, whole=True), "after_first_token": aggregate(pairs),
-            "identical": sum(s["text"] == r["text"] for s, r in runs)}
+            "identical": sum(same(s, r) for s, r in runs)}
 
 
 def _sessions_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
@@ -210,7 +215,7 @@ def plain_decoding(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "category": category, "runs": len(mine),
                 "project_tps": _median([p["stats"]["tokens_per_second"] for p, _ in mine]),
                 "native_tps": _median([n["stats"]["tokens_per_second"] for _, n in mine]),
-                "identical_rate": sum(p["text"] == n["text"] for p, n in mine) / len(mine),
+                "identical_rate": sum(same(p, n) for p, n in mine) / len(mine),
             })
     return rows
 

@@ -44,7 +44,7 @@ from config import Settings
 from utils.bench.agents import STEP, session_problems, session_steps, step_kind
 from utils.bench.native import ANCHOR, NativeError, NativeServer, server_binary, speculation_args
 from utils.bench.reasoning import split, tags_of, think_problems, thinks, timed_answer
-from utils.bench.report import NATIVE, PROJECT, engine_of, summarize, write_report
+from utils.bench.report import NATIVE, PROJECT, engine_of, same, summarize, write_report
 from utils.bench.stand_in import ensure, stand_in
 from utils.embedded.runtime.loaded import DEFAULT_NUM_CTX
 from utils.embedded.store.models import ModelStore, normalize_name
@@ -338,7 +338,7 @@ async def _self_consistency(standard: Any, config: BenchConfig, prompts: list[di
     requests between (the whole benchmark, then the other prompts), compared with its first answer.
     The identity of speculative answers can be no better than this: on a server whose rows depend on
     the batch and the cache (llama.cpp's, Ollama included) the same request may answer differently."""
-    first = {r["prompt_id"]: r["text"] for r in data["runs"]
+    first = {r["prompt_id"]: r for r in data["runs"]
              if r["repeat"] == 0 and r["engine"] == PROJECT and r["drafter"] == STANDARD}
     pairs = []
     for prompt in prompts:
@@ -347,7 +347,7 @@ async def _self_consistency(standard: Any, config: BenchConfig, prompts: list[di
         messages = _history(data, prompt, 0, (PROJECT, STANDARD, "0")) if "conversation" in prompt else None
         again = await collect(standard, _request(config, prompt, messages, {"temperature": 0}))
         pairs.append({"prompt_id": prompt["id"], "category": prompt["category"],
-                      "same": again["text"] == first[prompt["id"]]})
+                      "same": same(again, first[prompt["id"]])})
     return pairs
 
 
