@@ -15,6 +15,7 @@ K_LIMIT = 16  # the longest draft anything may ask for: the controller, a fixed 
 class EngineConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SPEC_", env_file=".env", extra="ignore")
 
+    # Past 8 (controller.CHAIN_K) only a free drafter's sure copy is verified, where it pays (controller.py).
     k_max: int = Field(default=8, ge=0, le=K_LIMIT, description="longest draft the controller may pick")
     p_min: float = Field(default=0.3, ge=0.0, le=1.0, description="stop drafting below this probability")
     n_min: int = Field(default=1, ge=1, le=K_LIMIT, description="drop drafts shorter than this")
