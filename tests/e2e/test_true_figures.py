@@ -1,7 +1,6 @@
 """Issue 44 in a real browser: what a person sees is true. The Benchmarks page runs on the app's own
 embedded server (one server, never a second) and draws no speed-up where nothing was drafted; a
-copying follow-up on default settings is speculated and shows green (once the engine retries a drafter
-it set aside: see the test's mark); a measured baseline shows at once, an answer cut at Max tokens says
+copying follow-up on default settings is speculated and shows green; a measured baseline shows at once, an answer cut at Max tokens says
 so, and a reload reopens the conversation in view."""
 
 from __future__ import annotations
@@ -118,10 +117,9 @@ def small_app(server_url: str, tmp_path_factory) -> Iterator[RunningApp]:
         yield app
 
 
-@pytest.mark.xfail(strict=True, reason="needs the engine's half of issue 44 item 1 (another helper): a drafter the "
-                   "controller set aside after the first answer is retried when a question would copy; until then "
-                   "the follow-up goes standard ('speculation has not paid on this server lately')")
 def test_a_copying_follow_up_on_default_settings_shows_green(page: Page, qwen_app: RunningApp):
+    """The issue's path: on the configured draft model (the old default) the first answer wrote drafting
+    off and the follow-up went standard, with no green."""
     open_app(page, qwen_app.url)
     # Default settings: the drafter is what `cli.py serve` pairs the model with; shorter answers only.
     expect(sidebar(page).get_by_role("combobox", name="Drafter")).to_have_value("suffix")
