@@ -1,7 +1,7 @@
 """Issue 44 in a real browser: what a person sees is true. The Benchmarks page runs on the app's own
 embedded server (one server, never a second) and draws no speed-up where nothing was drafted; a
-copying follow-up on default settings is speculated and shows green; a measured baseline shows at once, an answer cut at Max tokens says
-so, and a reload reopens the conversation in view."""
+copying follow-up on default settings is speculated and shows green; a measured baseline shows at
+once, an answer cut at Max tokens says so, and a reload reopens the conversation in view."""
 
 from __future__ import annotations
 
