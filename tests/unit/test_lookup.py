@@ -92,8 +92,10 @@ async def test_each_piece_carries_the_matched_length_over_the_longest_sought() -
     assert (await drafter(max_match=16).propose(CODE, 4, GREEDY)).confidence == [0.25] * 4
 
 
-def test_a_context_whose_end_occurred_earlier_over_the_longest_match_copies() -> None:
-    """Drafter.copies: the end matched at the longest length sought (max_match characters)."""
-    assert drafter().copies("abcdefgh-1 ZZ abcdefgh")  # "abcdefgh", 8 characters, occurred at the start
-    assert not drafter().copies("abcdefgh-1 ZZ efgh")  # only "efgh" did
-    assert not drafter().copies("abcdefgh")  # the end itself is no earlier occurrence
+async def test_an_answer_whose_first_draft_is_long_copies() -> None:
+    """Drafter.copies: the draft at the context's end is COPY_PIECES (8) long."""
+    assert len((await drafter().propose(CODE, 8, GREEDY)).pieces) == 8
+    assert await drafter().copies(CODE)
+    short = "def foo(x):\ndef foo("  # what followed "def foo(" is 6 pieces: x ): \n def  foo (
+    assert (await drafter().propose(short, 8, GREEDY)).pieces == ["x", "):", "\n", "def", " foo", "("]
+    assert not await drafter().copies(short)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from utils.engine.drafters import drafter_class, model_free_drafters
-from utils.engine.drafters.base import COPY_MATCH
+from utils.engine.drafters.base import COPY_PIECES
 from utils.engine.drafters.suffix import (
     MAX_DEPTH,
     MAX_SPEC_FACTOR,
@@ -283,17 +283,17 @@ async def test_a_copy_is_surer_the_longer_it_has_run() -> None:
         assert draft.confidence == pytest.approx([0.5 * weight] + [weight] * 7), copied
 
 
-def test_a_context_whose_end_occurred_earlier_at_length_copies() -> None:
-    suffix = drafter()
-    copied = FILE[: 2 * COPY_MATCH]  # COPY_MATCH pieces of the file again
-    assert suffix.copies("P" + FILE + " Z Z" + copied)
-    assert not suffix.copies("P" + FILE + " Z Z" + copied[: -4])  # two pieces fewer
-    assert not suffix.copies("P" + FILE)  # the end itself is no earlier occurrence
+async def test_an_answer_whose_first_draft_is_long_copies() -> None:
+    """Drafter.copies: the draft at the context's end is COPY_PIECES long (a copy that has run 8 pieces
+    drafts 8: min(K, the match, depth - match)); one piece shorter, it does not."""
+    assert await drafter().copies("P" + FILE + " Z Z" + FILE[: 2 * COPY_PIECES])
+    assert not await drafter("short").copies("P" + FILE + " Z Z" + FILE[: 2 * (COPY_PIECES - 1)])
+    assert not await drafter("alone").copies("P" + FILE[: 4 * 26])  # 26 pairs, none twice: nothing to copy
 
 
-def test_a_context_that_ends_as_an_earlier_answers_prompt_did_copies() -> None:
-    """The same request again: its prompt's end is in the shared tree, before the earlier answer."""
+async def test_the_same_request_again_copies_the_earlier_answer() -> None:
+    """Its prompt's end is in the shared tree, before the earlier answer."""
     prompt = "P" + FILE[: 2 * 20]
-    drafter().finish(prompt, " K L M N O")
-    assert drafter().copies(prompt)
-    assert not drafter("other").copies(prompt)
+    drafter().finish(prompt, " K L M N O P Q R S")
+    assert await drafter().copies(prompt)
+    assert not await drafter("other").copies(prompt)

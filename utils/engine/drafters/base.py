@@ -16,12 +16,14 @@ from typing import ClassVar
 from utils.engine.config import EngineConfig
 from utils.engine.memory import EngineMemory
 from utils.engine.target import Target
-from utils.sampling import SamplingOptions
+from utils.sampling import GREEDY, SamplingOptions
 
 NONE = "none"  # the drafter choice that means standard generation
-# A context whose end matches earlier text over this many pieces is one an answer copies from
-# (Drafter.copies): longer than a chat template's turn markers and a sentence's common words.
-COPY_MATCH = 16
+# An answer whose first draft is this many pieces long begins by copying (Drafter.copies): a draft
+# as long as the controller's chain (controller.CHAIN_K). "Write a Fibonacci function", then "Rename
+# it and show it again": the suffix drafter's draft after the second prompt is the first answer's
+# first 9 pieces; the prompt's own end matched earlier text over 8 pieces only (the chat template's).
+COPY_PIECES = 8
 
 
 @dataclass
@@ -119,11 +121,15 @@ class Drafter:
         controller write drafting off (a cold draft model's first draft: 2.5 s). Most need nothing."""
         return 0.0
 
-    def copies(self, context: str) -> bool:
-        """Whether an answer after `context` would copy from it: the end of `context` matches earlier
-        text at length (COPY_MATCH pieces or more). Asked before an answer that the controller would
-        send standard (`start_answer`), which then retries speculation for it. Most cannot tell."""
-        return False
+    async def copies(self, context: str) -> bool:
+        """Whether an answer after `context` would begin by copying: a free drafter's own draft there is
+        COPY_PIECES long (a follow-up that shows an earlier answer's function again begins as that
+        answer did). Asked before an answer that the controller would send standard (`start_answer`),
+        which then retries speculation for it. A draft model cannot tell without drafting (a model
+        call, and perhaps a load): False."""
+        if not self.free:
+            return False
+        return len(await self.propose(context, COPY_PIECES, GREEDY)) >= COPY_PIECES
 
 
 _REGISTRY: list[type[Drafter]] = []

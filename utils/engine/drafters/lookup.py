@@ -46,11 +46,6 @@ class PromptLookupDrafter(Drafter):
         # One estimate for every piece: the longer the end that matched, the likelier a copy.
         return Draft(pieces=pieces, confidence=[match / self.max_match] * len(pieces))
 
-    def copies(self, context: str) -> bool:
-        """Whether the end of `context` occurred earlier in it over the longest match this drafter
-        looks for (`max_match` characters: about COPY_MATCH pieces of code or prose)."""
-        return self._continuation(context, 0)[1] >= self.max_match
-
     def _continuation(self, context: str, limit: int) -> tuple[str, int]:
         """Longest suffix (min_match..max_match chars) that occurred earlier: what came after it, and
         the suffix's length."""

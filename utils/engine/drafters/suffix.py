@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from utils.engine.drafters.base import COPY_MATCH, Draft, Drafter, DraftSetup
+from utils.engine.drafters.base import Draft, Drafter, DraftSetup
 from utils.engine.memory import EngineMemory
 from utils.engine.suffix_tree import (
     MAX_DEPTH,
@@ -243,18 +243,6 @@ class SuffixDrafter(Drafter):
             kept.append(owners[at])
             at += len(piece)
         return Draft(pieces=pieces, confidence=kept, source=source)
-
-    def copies(self, context: str) -> bool:
-        """Whether the end of `context` occurred earlier in it, or in an earlier answer with the end of
-        its prompt, over COPY_MATCH pieces or more (Drafter.copies). The answer's tree read here is
-        the one its first draft goes on with."""
-        answer = self._read(context)
-        if answer.version != self.store.version:
-            answer.shared = self.store.tree.suffixes(answer.tokens)
-            answer.version = self.store.version
-        # The answer's own tree holds `context` itself: its end occurred earlier where it counts twice.
-        earlier = [node for node in answer.active if answer.tree.count[node] >= 2]
-        return max(len(earlier), len(answer.shared)) >= COPY_MATCH
 
     def _text(self, token: int) -> str:
         return self.store.texts[token if token >= 0 else -1 - token]
