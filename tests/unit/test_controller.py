@@ -376,4 +376,3 @@ def test_each_source_of_drafts_has_its_own_bins() -> None:
     assert controller.cut([0.95] * 8, source="answer") == controller.cut([0.95] * 8) == 7
     calibration = controller.calibration
     assert calibration.predicted([0.95] * 2, 2, "shared") < calibration.predicted([0.95] * 2, 2, "answer")
-
