@@ -189,13 +189,31 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_target(prompts: Path) -> str:
+    """The target a prompt file is benchmarked on when none is named: the settings' target, or, for
+    prompts that ask the model to think, the stand-in thinking model (no small thinking model is on
+    PyPI; utils/bench/stand_in.py), said on stderr."""
+    from utils.bench.stand_in import DEFAULT
+
+    try:
+        lines = [json.loads(line) for line in prompts.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return get_settings().target_model  # the runner reports the file's problem
+    if any(isinstance(line, dict) and line.get("think") not in (None, False) for line in lines):
+        print(f"[these prompts think: benchmarked on {DEFAULT}, a STAND-IN thinking model (utils/bench/stand_in.py);"
+              " --target names another]", file=sys.stderr)
+        return DEFAULT
+    return get_settings().target_model
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
 
     from utils.bench.runner import BenchConfig, run_bench
     from utils.errors import SpecError
 
+    target = args.target or _bench_target(Path(args.prompts))
     config = BenchConfig(
-        prompts_file=Path(args.prompts), target=args.target, drafters=args.draft or [get_settings().draft_model],
+        prompts_file=Path(args.prompts), target=target, drafters=args.draft or [get_settings().draft_model],
         ks=args.k or ["auto"], repeat=args.repeat, out_dir=Path(args.out) if args.out else None, limit=args.limit,
         max_tokens=args.max_tokens, categories=args.category, host=args.host, native=args.native,
     )
@@ -338,8 +356,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="benchmark speculative against standard generation")
     bench.add_argument("--prompts", default="prompts/bench.jsonl",
-                       help="JSON lines: id, category, prompt, chat, max_tokens")
-    bench.add_argument("--target", default=get_settings().target_model)
+                       help="JSON lines: id, category, prompt, chat, max_tokens, think (a thinking prompt's)")
+    bench.add_argument("--target", default=None,
+                       help="the target model (default: the settings' target; for prompts that think, the stand-in "
+                            "thinking model)")
     bench.add_argument("--draft", action="append",
                        help="draft model, 'lookup' or 'suffix' (repeatable; default: the draft model)")
     bench.add_argument("--k", action="append", type=bench_k, help="'auto' or a fixed K (repeatable; default auto)")
