@@ -17,7 +17,6 @@ from playwright.sync_api import Page, expect
 
 from tests.support.browser import RunningApp, running_app
 from tests.support.driving import (
-    ANSWER_TIMEOUT,
     DRAFT_SPAN,
     LOOKUP_OPTION,
     assistant_messages,
@@ -69,6 +68,6 @@ def test_thinking_streams_live_with_green_and_its_tokens_are_counted_apart(page:
     answer = assistant_messages(page).last
     thinking = answer.get_by_test_id("stExpander").filter(has_text="Thinking")
     thinking.get_by_text("Thinking", exact=True).click()
-    expect(thinking.locator(DRAFT_SPAN).first).to_be_visible(timeout=ANSWER_TIMEOUT)
+    expect(thinking.locator(DRAFT_SPAN).first).to_be_visible()
     caption = answer.get_by_test_id("stCaptionContainer").first
     expect(caption).to_contain_text(re.compile(r"speculative \(lookup\): \d+ answer tokens \+ \d+ thinking tokens"))
