@@ -37,7 +37,7 @@ if server is not None and choices is not None:
     target = st.selectbox("Target", server.models, index=server.models.index(choices.target), key="bench_target")
     drafters = st.multiselect("Drafters", [*model_free_drafters(), *server.models], key="bench_drafters",
                               default=[choices.drafter] if choices.speculative
-                              else [default_drafter(settings, target, list(model_free_drafters()))])
+                              else [default_drafter(settings, target, [*model_free_drafters(), *server.models])])
     left, middle, right, last = st.columns(4)
     limit = left.number_input("Prompts per category (0: all)", 0, 1000, DEFAULT_PROMPTS_PER_CATEGORY,
                               key="bench_limit")
