@@ -51,6 +51,11 @@ MAX_ANSWERS = 1000  # answers kept per target (vLLM: 10,000; here MAX_NODES is u
 MAX_NODES = 1_000_000  # nodes per target's shared tree: about 23 MB measured (12 bytes a node + branches)
 PROMPT_TAIL = MAX_DEPTH - 1  # pieces of the prompt kept before each answer in the shared tree
 OPEN_ANSWERS = 8  # answer trees a drafter keeps (answers in progress at once; the next turn of a chat)
+# A draft's first pieces are drafted as a draft of this many would be, a longer one continued from
+# them (`_longer`): asked for 16 at once, the tree would follow the match that allows 16, shorter and
+# less sure than the one an 8-piece draft follows (on the agent workload calls, drafts asked for 16
+# had 9 of 30 pieces accepted where those asked for 8 had 18 of 33).
+HEAD_PIECES = 8
 
 
 class _Store:
@@ -171,24 +176,29 @@ class SuffixDrafter(Drafter):
                 own, shared = answer.tree.follow(own, token), store.tree.follow(shared, token)
             rest = tail[start:]
             for tree, active, source in ((store.tree, shared, "shared"), (answer.tree, own, "answer")):
-                proposal = self._continue(tree, active, rest, k)
+                proposal = self._continue(tree, active, rest, min(k, HEAD_PIECES))
                 if proposal.tokens and proposal.score >= best.score:
                     best, best_rest, best_source, best_at = proposal, rest, source, (tree, active)
-        tokens, values = self._longer(*best_at, best, k + 1 if best_rest else k)
+        head = min(k, HEAD_PIECES) + (1 if best_rest else 0)  # what `_continue` asked of the tree
+        tokens, values = self._longer(*best_at, best, head, k + 1 if best_rest else k)
         return self._cut(tokens, values, best_rest, k, best_source)
 
-    def _longer(self, tree: SuffixTree, active: list[int], proposal: Proposal, limit: int) -> tuple[list[int],
-                                                                                                    list[float]]:
-        """`proposal`'s pieces and confidences, continued where the tree's depth stopped it (a match of
-        d pieces drafts at most depth - d: 12 for depth 24) and more were asked for: the tree followed
-        through the draft as if it had been written, and drafted from again, up to `limit` pieces. So
-        a sure copy (a file rewritten) is drafted as far as a long burst may verify; each further
-        piece carries its own confidence, which the controller weighs (controller.py, LONG_SURE)."""
+    def _longer(self, tree: SuffixTree, active: list[int], proposal: Proposal, asked: int,
+                limit: int) -> tuple[list[int], list[float]]:
+        """`proposal` (`asked` pieces were asked for) with its confidences, continued where it stopped
+        for want of room (the pieces asked for, or the tree's depth: a match of d pieces drafts at most
+        depth - d), not for its probability, the tree's end or a match too short for more (d x
+        factor), and more were asked for: the tree followed through the draft as if it had been
+        written, and drafted from again, HEAD_PIECES at a time, up to `limit` pieces. So a sure copy
+        (a file rewritten) is drafted as far as a long burst may verify; each further piece carries
+        its own confidence, which the controller weighs (controller.py, LONG_SURE)."""
         tokens, values, part = list(proposal.tokens), self._confidence(tree, active, proposal), proposal
-        while part.tokens and len(tokens) < limit and len(part.tokens) == tree.depth - part.match:
+        while (part.tokens and len(tokens) < limit and len(part.tokens) >= min(asked, tree.depth - part.match)
+               and len(part.tokens) < int(part.match * self.factor + 1e-6)):
             for token in part.tokens:
                 active = tree.follow(active, token)
-            part = speculate(tree, active, limit - len(tokens), self.factor, self.min_prob)
+            asked = min(limit - len(tokens), HEAD_PIECES)
+            part = speculate(tree, active, asked, self.factor, self.min_prob)
             tokens += part.tokens
             values += self._confidence(tree, active, part)
         return tokens, values
