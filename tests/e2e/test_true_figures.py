@@ -26,6 +26,7 @@ from tests.support.driving import (
     open_app,
     open_page,
     rerun_after,
+    screenshot,
     send,
     set_number,
     sidebar,
@@ -130,6 +131,7 @@ def test_a_copying_follow_up_on_default_settings_shows_green(page: Page, qwen_ap
     expect(follow_up.get_by_test_id("stCaptionContainer").first).to_contain_text("speculative (suffix):")
     expect(follow_up.locator(DRAFT_SPAN).first).to_be_visible()  # it copied the function: on green
     assert len("".join(follow_up.locator(DRAFT_SPAN).all_inner_texts()).strip()) >= 20
+    screenshot(page, "chat-follow-up.png")  # the README's picture (SPEC_SCREENSHOTS_DIR=docs/screenshots)
 
 
 def test_baseline_at_once_a_note_at_max_tokens_and_a_reload_keeps_the_conversation(page: Page, small_app: RunningApp):
