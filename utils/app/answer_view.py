@@ -174,8 +174,8 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     show_text(text_slot, answer.text, answer.pieces, highlight)
     if answer.stats and answer.stats.done_reason == "length":
         answer.note = length_note(answer.stats, request.max_tokens) or context_full(settings)
-    if answer.note:
-        notices.error(answer.note)
+    if answer.note:  # a failure is an error; a finished answer's note (Max tokens) a warning, as when saved
+        (notices.warning if answer.stats else notices.error)(answer.note)
     if charts and answer.stats:
         chart_slot.plotly_chart(answer_figure(answer.stats, baseline), key=chart_key())
     elif charts:
