@@ -87,7 +87,7 @@ for name, figure in report.figures(run).items():
     if name != "speedup":  # drawn above, where it was measured beyond noise only
         st.plotly_chart(figure, key=f"bench-{name}")
 st.dataframe(summary_table(run["summary"]), hide_index=True)
-with st.expander("The benchmark's full report (every median, noise included)"):
+with st.expander("The benchmark's full report"):
     st.markdown(run["report_md"])
 st.download_button("Download the summary (Markdown)", summary_markdown(run), f"{Path(chosen).name}.md",
                    "text/markdown")

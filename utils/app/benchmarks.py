@@ -15,6 +15,7 @@ from config import Settings
 from utils.app.runtime import explain, store
 from utils.app.speed import BASELINE_MAX_TOKENS, measure_baseline
 from utils.bench import runner as bench
+from utils.bench.report import measured, verdict
 from utils.errors import SpecError
 
 DEFAULT_PROMPTS_PER_CATEGORY = 1  # a first run that takes minutes, not an hour
@@ -84,24 +85,6 @@ class ProgressText:
         return f"Answer {done + 1} of {total}{left} · now: {label}"
 
 
-def verdict(row: dict[str, Any]) -> str:
-    """What a summary row measured: "faster" or "slower" where the middle half of its repeats (25th to
-    75th percentile) leaves out ×1.00; else why it has no speed-up figure."""
-    if not row["drafted"]:
-        return "nothing drafted"
-    if row["runs"] < 2:
-        return "one run: no spread"
-    low, high = row["speedup_p25"], row["speedup_p75"]
-    if low <= 1.0 <= high:
-        return "within noise"
-    return "faster" if low > 1.0 else "slower"
-
-
-def measured(row: dict[str, Any]) -> bool:
-    """Whether a row's speed-up is a result (drawn and reported), not noise drawn as one."""
-    return verdict(row) in ("faster", "slower")
-
-
 def summary_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The report's summary rows, rounded and named for reading. A speed-up figure only where it was
     measured beyond noise (`measured`); elsewhere the verdict says why not, and the spread stays."""
@@ -151,8 +134,8 @@ def speedup_figure(rows: list[dict[str, Any]]) -> tuple[go.Figure | None, list[s
 
 def summary_markdown(run: dict[str, Any]) -> str:
     """The run as the page shows it, for download: the report's header (machine, server, prompts) and
-    the summary table, a speed-up figure only where one was measured. The per-configuration tables
-    of report.md (utils/bench/report.py) print every median, noise included, so they are not copied."""
+    the summary table, a speed-up figure only where one was measured (report.md, utils/bench/report.py,
+    gives every configuration's tables the same way)."""
     header = run["report_md"].split("\n## ", 1)[0].rstrip()
     table = summary_table(run["summary"])
     if not table:

@@ -228,6 +228,30 @@ def _number(value: float, form: str = "{:.2f}") -> str:
     return "-" if value != value or not value else form.format(value)  # nan or 0: not measured
 
 
+def verdict(row: dict[str, Any]) -> str:
+    """What a summary row measured: "faster" or "slower" where the middle half of its repeats (25th to
+    75th percentile) leaves out x1.00; else why it has no speed-up figure."""
+    if not row["drafted"]:
+        return "nothing drafted"
+    if row["runs"] < 2:
+        return "one run: no spread"
+    low, high = row["speedup_p25"], row["speedup_p75"]
+    if low <= 1.0 <= high:
+        return "within noise"
+    return "faster" if low > 1.0 else "slower"
+
+
+def measured(row: dict[str, Any]) -> bool:
+    """Whether a row's speed-up is a result (drawn and reported), not noise drawn as one."""
+    return verdict(row) in ("faster", "slower")
+
+
+def _speedup_cell(row: dict[str, Any]) -> str:
+    """The median and its spread where it was measured beyond noise; else the verdict, with the spread."""
+    spread = f"{row['speedup_p25']:.2f}-{row['speedup_p75']:.2f}"
+    return f"{row['speedup']:.2f}x ({spread})" if measured(row) else f"- ({verdict(row)}: {spread})"
+
+
 def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     config, host = data["config"], data.get("server", {})
     lines = [
@@ -269,7 +293,7 @@ def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         for r in (r for r in rows if r["category"] == category):
             lines.append(
                 f"| {r['engine']} | {r['drafter']} | {r['k']} | {r['standard_tps']:.1f} | {r['speculative_tps']:.1f} | "
-                f"{r['speedup']:.2f}x ({r['speedup_p25']:.2f}-{r['speedup_p75']:.2f}) | "
+                f"{_speedup_cell(r)} | "
                 f"{format(r['acceptance'], '.0%') if r['drafted'] else '-'} | "
                 f"{_number(r['accepted_per_verification'])} | "
                 f"{_wasted(r)} | {_number(r['mean_k'], '{:.1f}')} | "
@@ -295,9 +319,9 @@ def figures(data: dict[str, Any]) -> dict[str, Any]:
     import plotly.graph_objects as go
 
     rows = [r for r in summarize(data) if r["category"] != "all"]
-    speedup = go.Figure()
+    speedup = go.Figure()  # a bar only where the speed-up was measured beyond noise (`measured`)
     for engine, drafter, k in dict.fromkeys((r["engine"], r["drafter"], r["k"]) for r in rows):
-        mine = [r for r in rows if (r["engine"], r["drafter"], r["k"]) == (engine, drafter, k)]
+        mine = [r for r in rows if (r["engine"], r["drafter"], r["k"]) == (engine, drafter, k) and measured(r)]
         label = f"{drafter} k={k}" if engine == PROJECT else f"{engine} {drafter} k={k}"
         speedup.add_bar(name=label, x=[r["category"] for r in mine], y=[r["speedup"] for r in mine],
                         error_y={"type": "data", "symmetric": False,
