@@ -108,8 +108,8 @@ def thinking_model(_settings: Settings, url: str, target: str) -> bool:
 
 @st.cache_data(ttl=600, show_spinner="Checking whether this server can verify drafts for the model…")
 def standard_why(_settings: Settings, url: str, target: str, think: bool | None) -> str | None:
-    """Why no answer of `target` on this server can be speculated (a thinking model that thinks, model
-    parameters speculation does not keep exact, a server whose one-token answers cannot verify drafts:
+    """Why no answer of `target` on this server can be speculated (a thinking model whose answers the
+    server splits with a built-in parser, model parameters speculation does not keep exact, a server whose one-token answers cannot verify drafts:
     utils/engine/planning.py), or None. The same reasons go with each answer's notes and the proxy's
     /metrics."""
     client = server(_settings, url)
@@ -117,7 +117,8 @@ def standard_why(_settings: Settings, url: str, target: str, think: bool | None)
     async def check() -> str | None:
         try:
             info = await model_info(client, target, client.described)
-            if why := standard_reason(info, None, think):
+            own = None if await client.is_embedded() else info.thinking_parser  # as the engine's plan asks
+            if why := standard_reason(info, None, think, thinking_parser=own):
                 return why[1]
             return await verification_gate(client, info, _settings.engine.context_options(), engine_memory())
         except ServerError:
