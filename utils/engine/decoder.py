@@ -89,7 +89,11 @@ class SpeculativeDecoder:
         exact = self.drafter.exact_distribution and await self.target.exact_logprobs() and request.format is None
         method = choose_method(sampling, exact)
         controller = self._controller(method, request.k)
-        if controller.start_answer(waits_for_closed_token=not self.target.drains):
+        waits = not self.target.drains
+        # A drafter set aside is retried for an answer that begins by copying (Drafter.copies): asked
+        # only where the answer would go standard, as it renders the prompt once more.
+        copies = controller.skips(waits) and await self.drafter.copies(await self.raw_prompt(request, request.think))
+        if controller.start_answer(waits_for_closed_token=waits, copies=copies):
             return replace(plan, method=method, code="no_gain", reason=NO_GAIN_REASON)
         return replace(plan, method=method)
 
@@ -98,7 +102,10 @@ class SpeculativeDecoder:
         target keeps its model as the answer loads it until the answer ends (Target.hold)."""
         async with self.target.hold(self.target_model, request.options) as load:
             answer = await self._start(request, plan or await self._planned(request))
-            answer.stats.load_seconds = load
+            # A draft model its server unloaded (keep_alive) is loaded before any round is timed, so the
+            # controller never counts the load as drafting (Drafter.prepare).
+            drafting = await answer.drafter.prepare() if answer.drafter is not None else 0.0
+            answer.stats.load_seconds = load + drafting
             splits = self._shapes(answer)
             async for event in self._events(answer):
                 shaped = [event]
