@@ -23,6 +23,7 @@ import ollama
 import openai
 import pytest
 
+from tests.support.distribution import assert_fits
 from tests.support.embedded_api import COUNTING
 from tests.support.models import DRAFT, TARGET
 from utils.embedded.server import EmbeddedServer
@@ -36,7 +37,6 @@ OFF = {"X-Speculation": "off"}
 # The end of this prompt occurs earlier in it, so prompt lookup drafts from the first token on.
 COLOURS = ("<|im_start|>user\nOne colour is red. One colour is green. One colour is blue. Name one more colour."
            "<|im_end|>\n<|im_start|>assistant\nOne colour is")
-CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
 
 
 def drafted(url: str, model: str) -> tuple[int, int]:
@@ -226,13 +226,7 @@ def test_sampled_answers_keep_the_target_distribution(served):
         seen[first] += 1
     client.close()
     assert methods == {"sample-match"} and drafts > 0, (methods, drafts)
-    assert sum(seen[t] for t in seen if t not in expected) == 0, seen  # nothing the target cannot sample
-    common = [t for t, p in expected.items() if p * runs >= 5]
-    observed = [seen[t] for t in common] + [runs - sum(seen[t] for t in common)]
-    wanted = [expected[t] * runs for t in common] + [runs * (1 - sum(expected[t] for t in common))]
-    cells = [(o, e) for o, e in zip(observed, wanted) if e > 0.5]
-    chi2 = sum((o - e) ** 2 / e for o, e in cells)
-    assert chi2 < CHI2_CRITICAL_001[len(cells) - 1], (chi2, seen, expected)
+    assert_fits(seen, expected, runs)
 
 
 def test_a_non_streamed_answer_stops_when_its_client_leaves(served):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.distribution import assert_fits
 from tests.support.engine import answer, settings
 from tests.support.models import DRAFT, SMALL, TARGET
 from utils.embedded.server import EmbeddedServer
@@ -132,9 +133,6 @@ async def test_stop_strings_and_token_limit_match_standard(server_url):
 
 # -- sampling: the target's distribution, exactly -----------------------------------------------------
 
-CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
-
-
 async def first_token_distribution(server_url: str, model: str, prompt: str,
                                    options: SamplingOptions) -> dict[str, float]:
     """The exact distribution of the target's first sampled token, from its top-20 log-probabilities."""
@@ -178,14 +176,7 @@ async def test_sampling_keeps_the_target_distribution(server_url, target, drafte
     finally:
         await server.aclose()
     assert methods == {method} and drafted > 0, (methods, drafted)  # the draft's tokens were verified
-    # Chi-square goodness of fit, pooling rare outcomes so each expected count is at least 5.
-    common = [t for t, p in expected.items() if p * runs >= 5]
-    observed = [seen[t] for t in common] + [runs - sum(seen[t] for t in common)]
-    wanted = [expected[t] * runs for t in common] + [runs * (1 - sum(expected[t] for t in common))]
-    cells = [(o, e) for o, e in zip(observed, wanted) if e > 0.5]
-    chi2 = sum((o - e) ** 2 / e for o, e in cells)
-    assert sum(seen[t] for t in seen if t not in expected) == 0, seen  # nothing the target cannot sample
-    assert chi2 < CHI2_CRITICAL_001[len(cells) - 1], (chi2, seen, expected)
+    assert_fits(seen, expected, runs)
 
 
 CONVERSATIONS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" / "conversations.jsonl").open()]

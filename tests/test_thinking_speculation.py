@@ -18,6 +18,7 @@ import ollama
 import openai
 import pytest
 
+from tests.support.distribution import assert_fits
 from tests.support.models import DRAFT
 from tests.support.own_server import own_server
 from tests.support.proxy import running_proxy
@@ -33,7 +34,6 @@ QUESTION = [{"role": "user", "content": "What is 7 + 6?"}]
 OPTIONS = {"temperature": 0, "num_predict": 60}
 OFF = {"X-Speculation": "off"}
 THINKS = [None, True, False, "high"]
-CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
 
 
 @pytest.fixture(scope="module")
@@ -153,10 +153,4 @@ def test_sampled_thinking_keeps_the_target_distribution(thinker):
             first = max((t for t in expected if t and thinking.startswith(t)), key=len, default=thinking)
             seen[first] += 1
     assert drafts > 0, expected
-    assert sum(seen[t] for t in seen if t not in expected) == 0, (seen, expected)  # nothing the target cannot sample
-    common = [t for t, p in expected.items() if p * runs >= 5]
-    observed = [seen[t] for t in common] + [runs - sum(seen[t] for t in common)]
-    wanted = [expected[t] * runs for t in common] + [runs * (1 - sum(expected[t] for t in common))]
-    cells = [(o, e) for o, e in zip(observed, wanted) if e > 0.5]
-    chi2 = sum((o - e) ** 2 / e for o, e in cells)
-    assert len(cells) >= 2 and chi2 < CHI2_CRITICAL_001[len(cells) - 1], (chi2, seen, expected)
+    assert_fits(seen, expected, runs)

@@ -1,0 +1,22 @@
+"""The check of the sampling tests: outcomes drawn through speculation fit the distribution the target's
+own sampler draws from (chi-squared goodness of fit at p = 0.001)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+# The chi-squared distribution's 0.999 quantile for 1-9 degrees of freedom.
+CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
+
+
+def assert_fits(seen: Counter, expected: Mapping[str, float], runs: int) -> None:
+    """Nothing was drawn that the target cannot sample, and the counts fit `expected`; rare outcomes
+    are pooled so that each expected count is at least 5 (and at least two cells are compared)."""
+    assert sum(seen[t] for t in seen if t not in expected) == 0, (seen, expected)
+    common = [t for t, p in expected.items() if p * runs >= 5]
+    observed = [seen[t] for t in common] + [runs - sum(seen[t] for t in common)]
+    wanted = [expected[t] * runs for t in common] + [runs * (1 - sum(expected[t] for t in common))]
+    cells = [(o, e) for o, e in zip(observed, wanted) if e > 0.5]
+    chi2 = sum((o - e) ** 2 / e for o, e in cells)
+    assert len(cells) >= 2 and chi2 < CHI2_CRITICAL_001[len(cells) - 1], (chi2, seen, expected)
