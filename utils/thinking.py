@@ -19,8 +19,9 @@ a template at `<think>` (`embedded_tags`), the one form a Jinja template with a 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from functools import lru_cache
+
+from utils.chat_templates import GoNode, parse_go
 
 OPENING, CLOSING = "<think>", "</think>"
 
@@ -125,10 +126,10 @@ def ollama_tags(template: str) -> tuple[str, str] | None:
     InferTags walks the template's parse tree; at each `.Thinking` field inside a `range` whose pipeline
     names `.Messages`, it takes the nearest enclosing list of nodes and trims its first and last text
     nodes: "<think>\\n{{ .Thinking }}\\n</think>" gives ("<think>", "</think>"). The last such field wins."""
-    if "{%" in template or "{#" in template:  # Jinja (utils/tool_templates.looks_jinja's test, less strict)
+    if "{%" in template or "{#" in template:  # Jinja (utils/chat_templates.looks_jinja's test, less strict)
         return None
     try:
-        root = _parse(template)
+        root = parse_go(template)
     except ValueError:
         return None
     found: list[tuple[str | None, str | None]] = []
@@ -139,153 +140,39 @@ def ollama_tags(template: str) -> tuple[str, str] | None:
     return (opening, closing) if opening and closing else None
 
 
-@dataclass
-class _Text:
-    text: str
-
-
-@dataclass
-class _Action:
-    fields: list[str]  # the first identifier of each field (`.Thinking.X` -> "Thinking") in its pipeline
-
-
-@dataclass
-class _Branch:
-    """An if, range or with: its pipeline's fields, its list and its else list."""
-
-    kind: str
-    fields: list[str]
-    body: list[object] = field(default_factory=list)
-    otherwise: list[object] | None = None
-
-
 # A field is a dot and a name that starts a term: not a variable's (`$.X`, `$m.X`) nor a chain's (`(...).X`).
 _FIELD = re.compile(r"(?:^|(?<=[\s(|,=]))\.([A-Za-z_]\w*)")
 _STRING = re.compile(r'"(?:\\.|[^"\\])*"|`[^`]*`|\'(?:\\.|[^\'\\])*\'')
-_SPACE = " \t\r\n"
 
 
 def _fields(pipeline: str) -> list[str]:
+    """The first name of each field in an action's or a block's pipeline (`.Thinking.X` -> "Thinking")."""
     return _FIELD.findall(_STRING.sub('""', pipeline))
 
 
-def _tokens(template: str) -> list[tuple[str, str]]:
-    """("text", text) and ("action", inside) items, trim markers applied as Go's lexer applies them: an
-    empty text is no item, and a comment is no item at all."""
-    items: list[tuple[str, str]] = []
-    at, trim_next = 0, False
-    while True:
-        start = template.find("{{", at)
-        text = template[at:] if start < 0 else template[at:start]
-        if trim_next:
-            text = text.lstrip(_SPACE)
-        if start >= 0 and template[start + 2:start + 3] == "-" and template[start + 3:start + 4] in tuple(_SPACE):
-            text = text.rstrip(_SPACE)
-        if text:
-            items.append(("text", text))
-        if start < 0:
-            return items
-        end = _action_end(template, start + 2)
-        inside = template[start + 2:end]
-        trim_next = inside.endswith("-") and inside[-2:-1] in tuple(_SPACE)
-        inside = inside[1:] if inside.startswith("-") and inside[1:2] in tuple(_SPACE) else inside
-        inside = (inside[:-1] if trim_next else inside).strip()
-        if not (inside.startswith("/*") and inside.endswith("*/")):
-            items.append(("action", inside))
-        at = end + 2
-
-
-def _action_end(template: str, at: int) -> int:
-    """Where the action opened before `at` closes (its "}}"), strings skipped."""
-    quote = None
-    while at < len(template):
-        char = template[at]
-        if quote:
-            if char == "\\" and quote != "`":
-                at += 1
-            elif char == quote:
-                quote = None
-        elif char in "\"'`":
-            quote = char
-        elif template.startswith("}}", at):
-            return at
-        elif template.startswith("/*", at):  # a comment: "}}" inside it does not close the action
-            close = template.find("*/", at + 2)
-            if close < 0:
-                raise ValueError("unclosed comment")
-            at = close + 1
-        at += 1
-    raise ValueError("unclosed action")
-
-
-def _parse(template: str) -> list[object]:
-    """The template's root list (a `define`'s or `block`'s body is a tree of its own, not the root's)."""
-    root: list[object] = []
-    # Open lists: (the list being filled, the branch it belongs to or None, whether `end` closes it
-    # together with the branch below it: an `else if` chain ends at one `end`).
-    stack: list[tuple[list[object], _Branch | None, bool]] = [(root, None, False)]
-    for kind, value in _tokens(template):
-        current = stack[-1][0]
-        if kind == "text":
-            current.append(_Text(value))
-            continue
-        word, _, rest = value.partition(" ")
-        if word in ("if", "range", "with"):
-            branch = _Branch(word, _fields(rest))
-            current.append(branch)
-            stack.append((branch.body, branch, False))
-        elif word in ("define", "block"):
-            if word == "block":
-                current.append(_Action(_fields(rest)))
-            stack.append(([], None, False))
-        elif word == "else":
-            _, parent, _ = stack.pop()
-            if parent is None:
-                raise ValueError("else outside a branch")
-            branch = parent
-            branch.otherwise = []
-            chained_word, _, chained_rest = rest.strip().partition(" ")
-            if chained_word in ("if", "with"):  # {{else if x}}: an else list holding one more branch
-                chained = _Branch(chained_word, _fields(chained_rest))
-                branch.otherwise.append(chained)
-                stack.append(([], branch, True))  # a marker closed by the same `end`
-                stack.append((chained.body, chained, False))
-            else:
-                stack.append((branch.otherwise, branch, False))
-        elif word == "end":
-            if len(stack) == 1:
-                raise ValueError("unexpected end")
-            stack.pop()
-            while len(stack) > 1 and stack[-1][2]:
-                stack.pop()
-        else:
-            current.append(_Action(_fields(value)))
-    if len(stack) != 1:
-        raise ValueError("unclosed branch")
-    return root
-
-
-def _visit(nodes: list[object], ancestors: list[object], found: list[tuple[str | None, str | None]]) -> None:
-    """InferTags' walk: `ancestors` are the enclosing branches and lists, nearest last."""
+def _visit(nodes: list[GoNode], ancestors: list[object], found: list[tuple[str | None, str | None]]) -> None:
+    """InferTags' walk: `ancestors` are the enclosing blocks and lists of nodes, nearest last."""
     path = [*ancestors, nodes]
     for node in nodes:
-        if isinstance(node, _Action):
-            _fields_at(node.fields, path, found)
-        elif isinstance(node, _Branch):
-            _fields_at(node.fields, [*path, node], found)
+        if node.kind == "action":
+            _fields_at(_fields(node.text), path, found)
+        elif node.kind in ("if", "range", "with"):
+            _fields_at(_fields(node.text), [*path, node], found)
             _visit(node.body, [*path, node], found)
-            if node.otherwise is not None:
-                _visit(node.otherwise, [*path, node], found)
+            if node.orelse is not None:
+                _visit(node.orelse, [*path, node], found)
 
 
 def _fields_at(fields: list[str], path: list[object], found: list[tuple[str | None, str | None]]) -> None:
+    """At a `.Thinking` inside a `range` over `.Messages`: the nearest list's first and last texts, trimmed
+    (None where the list does not begin or end with text)."""
     for name in fields:
         if name != "Thinking":
             continue
-        ranges = [each for each in path if isinstance(each, _Branch) and each.kind == "range"]
-        if not ranges or "Messages" not in ranges[-1].fields:
+        ranges = [each for each in path if isinstance(each, GoNode) and each.kind == "range"]
+        if not ranges or "Messages" not in _fields(ranges[-1].text):
             continue
         nearest = next(each for each in reversed(path) if isinstance(each, list))
         first, last = nearest[0], nearest[-1]
-        found.append((first.text.strip() if isinstance(first, _Text) else None,
-                      last.text.strip() if isinstance(last, _Text) else None))
+        found.append((first.text.strip() if first.kind == "text" else None,
+                      last.text.strip() if last.kind == "text" else None))

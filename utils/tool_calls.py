@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from functools import lru_cache
 from typing import Any
 
-from utils.tool_templates import go_tag, jinja_tag, looks_jinja
+from utils.chat_templates import go_tag, jinja_tag, looks_jinja
 
 __all__ = ["ToolCallParser", "ToolCallStream", "builtin_parser", "builtin_parser_reason", "find_arguments",
            "find_tool", "ollama_answer", "ollama_chunks", "tool_tag"]
@@ -44,7 +44,7 @@ def tool_tag(template: str) -> str:
     """The text that starts a tool call in a model's answer (tools/template.go parseTag): the first
     non-blank text inside the template's first `{{ if ... .ToolCalls ... }}`, cut at its first "{",
     or "{" (any JSON object may be a call). A Jinja template (what a GGUF carries, and the embedded
-    server's /api/show returns) is read the same way from its tool_calls block (utils/tool_templates.py)."""
+    server's /api/show returns) is read the same way from its tool_calls block (utils/chat_templates.py)."""
     return jinja_tag(template) if looks_jinja(template) else go_tag(template)
 
 

@@ -1,4 +1,4 @@
-"""The tool-call tag of a chat template (utils/tool_calls.py tool_tag, utils/tool_templates.py):
+"""The tool-call tag of a chat template (utils/tool_calls.py tool_tag, utils/chat_templates.py):
 Ollama's parseTag (tools/template.go) on Go templates, its own TestParseTag cases first, then the
 templates of the recordings and library-style ones; and the same reading of Jinja templates."""
 
@@ -10,7 +10,7 @@ import pytest
 
 from tests.support.recorded import RECORDED
 from utils.tool_calls import tool_tag
-from utils.tool_templates import go_tag
+from utils.chat_templates import go_tag
 
 CALL = '{"name": "{{ .Function.Name }}", "arguments": {{ .Function.Arguments }}}'
 # tools/template_test.go TestParseTag, case for case.

@@ -109,8 +109,8 @@ def thinking_model(_settings: Settings, url: str, target: str) -> bool:
 @st.cache_data(ttl=600, show_spinner="Checking whether this server can verify drafts for the model…")
 def standard_why(_settings: Settings, url: str, target: str, think: bool | None) -> str | None:
     """Why no answer of `target` on this server can be speculated (a thinking model whose answers the
-    server splits with a built-in parser, model parameters speculation does not keep exact, a server whose one-token answers cannot verify drafts:
-    utils/engine/planning.py), or None. The same reasons go with each answer's notes and the proxy's
+    server splits with a built-in parser, model parameters speculation does not keep exact, a server
+    whose one-token answers cannot verify drafts: utils/engine/planning.py), or None. The same reasons go with each answer's notes and the proxy's
     /metrics."""
     client = server(_settings, url)
 

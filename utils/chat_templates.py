@@ -1,9 +1,10 @@
-"""The tool-call tag of a chat template (utils/tool_calls.py tool_tag): Ollama's parseTag
-(tools/template.go) on a Go template, and the same reading of a Jinja template's tool_calls block.
+"""What Ollama reads from a model's chat template: the tool-call tag (utils/tool_calls.py tool_tag),
+Ollama's parseTag (tools/template.go) on a Go template, and the same reading of a Jinja template's
+tool_calls block; and the tree that thinking.InferTags walks (utils/thinking.py), `parse_go`.
 
-A Go template is parsed only as far as parseTag looks: text, actions, and the if / range / with
-blocks that nest them (with `else` and `else if`); define and block bodies are not part of the main
-tree and are left out, as text/template leaves them. The standard library only.
+A Go template is parsed only as far as those look: text, actions, and the if / range / with blocks
+that nest them (with `else` and `else if`); define and block bodies are not part of the main tree and
+are left out, as text/template leaves them. The standard library only.
 """
 
 from __future__ import annotations
@@ -173,14 +174,23 @@ def _find_text_node(nodes: list[GoNode]) -> str | None:
     return None
 
 
-def go_tag(template: str) -> str:
-    """tools/template.go parseTag on a Go template's text ("{" for one text/template cannot parse)."""
+def parse_go(template: str) -> list[GoNode]:
+    """A Go template's main tree; ValueError for one text/template cannot parse."""
     try:
         tokens = _go_tokens(template)
         nodes, i, closing = _go_list(tokens, 0)
-    except (ValueError, RecursionError):
-        return "{"
+    except RecursionError:
+        raise ValueError("nested too deep") from None
     if closing is not None or i != len(tokens):  # an `end` or `else` with no block: not a template
+        raise ValueError(f"unexpected {closing}")
+    return nodes
+
+
+def go_tag(template: str) -> str:
+    """tools/template.go parseTag on a Go template's text ("{" for one text/template cannot parse)."""
+    try:
+        nodes = parse_go(template)
+    except ValueError:
         return "{"
     block = _find_tool_call_node(nodes)
     text = _find_text_node(block.body) if block is not None else None
