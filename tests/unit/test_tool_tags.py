@@ -9,8 +9,8 @@ import json
 import pytest
 
 from tests.support.recorded import RECORDED
-from utils.tool_calls import tool_tag
 from utils.chat_templates import go_tag
+from utils.tool_calls import tool_tag
 
 CALL = '{"name": "{{ .Function.Name }}", "arguments": {{ .Function.Arguments }}}'
 # tools/template_test.go TestParseTag, case for case.

@@ -110,8 +110,8 @@ def thinking_model(_settings: Settings, url: str, target: str) -> bool:
 def standard_why(_settings: Settings, url: str, target: str, think: bool | None) -> str | None:
     """Why no answer of `target` on this server can be speculated (a thinking model whose answers the
     server splits with a built-in parser, model parameters speculation does not keep exact, a server
-    whose one-token answers cannot verify drafts: utils/engine/planning.py), or None. The same reasons go with each answer's notes and the proxy's
-    /metrics."""
+    whose one-token answers cannot verify drafts: utils/engine/planning.py), or None. The same
+    reasons go with each answer's notes and the proxy's /metrics."""
     client = server(_settings, url)
 
     async def check() -> str | None:
