@@ -113,6 +113,22 @@ async def test_the_clairvoyant_ceiling_of_a_draft_model_charges_its_drafting(ser
 
 
 
+
+async def test_the_clairvoyant_ceiling_of_an_agent_session_by_kind_and_whole(server_url, tmp_path):
+    """The first two steps of a shipped agent session, as `bench` asks them: each step reported by its
+    answer's kind (the first reads the file: a call), and the session whole."""
+    from utils.bench.ceiling import measure
+
+    session = json.loads((ROOT / "prompts" / "agents.jsonl").read_text().splitlines()[0])
+    prompts_file = tmp_path / "agents.jsonl"
+    prompts_file.write_text(json.dumps({**session, "results": session["results"][:1]}) + "\n")
+    prompts = load_prompts(BenchConfig(prompts_file, TARGET, ["suffix"]))
+    report = await measure(server_url, TARGET, prompts, ["suffix"], k_max=2, repeat=1, max_tokens=16)
+    first = next(line for line in report.splitlines() if line.startswith(f"{session['id']}/1 "))
+    assert first.endswith("  call") and f"{session['id']}/2 " in report
+    assert "median, step " not in report and "median, call " in report
+    assert f"session {session['id']} " in report and "sessions: median wall" in report
+
 def test_an_agent_session_step_by_step_reported_by_kind_and_session(server_url, tmp_path):
     """The first two steps of a shipped agent session (the task, then the scripted file after the model's
     own call), on the tools model: each step a kind, answers identical, rows per kind and per session."""

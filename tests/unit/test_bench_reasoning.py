@@ -188,7 +188,7 @@ def test_the_ceiling_reports_the_aggregate_beside_the_medians() -> None:
                ({"id": "b", "category": "c"}, ["x"] * 2, [[], []]),
                ({"id": "c", "category": "c"}, ["x"] * 8, [[]] * 8)]
     text = ceiling_report(rows, answers, "m", "suffix", 3, 1, [], True)
-    assert "median, all       wall 1.00x, engine 1.00x, eager 1.00x (3 prompts), aggregate wall 1.17x" in text
+    assert "median, all          wall 1.00x, engine 1.00x, eager 1.00x (3 prompts), aggregate wall 1.17x" in text
 
 
 def test_identical_means_the_same_reasoning_too() -> None:

@@ -3,7 +3,10 @@
 For each benchmark prompt the target's standard greedy answer is generated, token by token; a
 conversation (prompts/conversations.jsonl) turn by turn, each turn after the standard answers to the
 turns before, and each answer then given to the drafters (`finish`: the suffix drafter's tree of
-earlier answers learns it, as in a session). At every position each drafter's proposal (lookup,
+earlier answers learns it, as in a session). An agent session (prompts/agents.jsonl) goes step by step
+as `bench` asks it (utils/bench/agents.py): each step after the standard answers to the steps before and
+the scripted tool results, rendered with the session's tools, and reported by its answer's kind (a
+call, a file write, a final answer). At every position each drafter's proposal (lookup,
 suffix, a draft model) is compared with the tokens that really follow, so what a draft of each K
 would have had accepted is known in advance. With the costs measured on this server (a standard
 token and a validator burst of K + 1 rows, interleaved, medians; for a draft model also its median
@@ -20,7 +23,11 @@ It prints the measured costs, then per prompt the answer's length, the schedule'
 bound, from wall times (what the decoding loop pays, HTTP included) and from the engine times the
 server reports (an ideal verifier), and beside them the speed-up of the eager rule llama.cpp's
 lookup follows (draft whatever is found, wherever it is found), with medians per category and over
-all prompts.
+all prompts. A conversation or agent session is also reported whole: its turns' summed standard
+time over their summed schedule time (what the user waits for the session), with the median and the
+aggregate over the sessions.
+
+    python cli.py bench-ceiling --prompts prompts/agents.jsonl --draft suffix --max-tokens 512
 """
 
 from __future__ import annotations
@@ -30,10 +37,13 @@ import asyncio
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from config import get_settings
+from utils.bench.agents import STEP, step_kind
 from utils.bench.overhead_measure import Bench, Row
 from utils.bench.reasoning import split, tags_of, thinks
 from utils.bench.runner import BenchConfig, load_prompts
@@ -45,6 +55,23 @@ from utils.sampling import GREEDY
 
 NUM_CTX = 4096
 PROMPTS = Path(__file__).resolve().parents[2] / "prompts" / "bench.jsonl"
+
+
+class Bound(NamedTuple):
+    """One answer's speed-ups (the schedule's from wall and engine times, the eager rule's from wall
+    times) and its wall times in ms: standard (tokens x a standard token) and the schedule's."""
+    wall: float
+    engine: float
+    eager: float
+    standard_ms: float
+    schedule_ms: float
+
+
+def aggregate(bounds: list[Bound]) -> float | None:
+    """The summed standard times over the summed schedule times: a long answer weighs more, as in
+    `bench`'s aggregate (None without time to divide by)."""
+    schedule = sum(b.schedule_ms for b in bounds)
+    return sum(b.standard_ms for b in bounds) / schedule if schedule else None
 
 
 def cheapest(accepted: list[list[int]], standard: float, burst: dict[int, float]) -> tuple[float, int]:
@@ -111,6 +138,33 @@ async def measure_costs(bench: Bench, context: str, tokens: list[str], k_max: in
     return rows
 
 
+async def standard_turns(server: OllamaClient, target: str, prompts: list[dict],
+                         max_tokens: int | None) -> AsyncIterator[tuple[dict, str, list[str]]]:
+    """Each prompt, the text the target sees and its standard answer's tokens, in order. A conversation's
+    turn or an agent's step is asked as `bench` asks its standard configuration: after the standard
+    answers to those before; an agent step comes with its answer's kind as its category."""
+    history: dict[str, list[dict[str, Any]]] = {}  # a conversation's or session's messages so far
+    tags = await tags_of(server, target, prompts)  # a thinking model's: its answers reason, then answer
+    for prompt in prompts:
+        text = prompt["prompt"]
+        # What was said before this turn's answer (an agent step's: the tool result), after the turns before.
+        said = prompt.get("said") or [{"role": "user", "content": text}]
+        messages = [*history.get(prompt.get("conversation", ""), []), *said]
+        if prompt.get("chat", True):  # rendered with the prompt's `think` and tools, as the benchmark renders it
+            text = await server.render_chat(target, messages, {"num_ctx": NUM_CTX}, prompt.get("think"),
+                                            prompt.get("tools"))
+        # The raw continuation, reasoning included: what the engine speculates for a thinking answer.
+        tokens = await standard_answer(server, target, text, max_tokens or prompt.get("max_tokens", 128))
+        # The answer as the server splits it, as a client sends it back and as `bench` reads its kind.
+        thinking, content = split("".join(tokens), text, tags if thinks(prompt) else None)
+        if "conversation" in prompt:
+            answer = {"role": "assistant", "content": content, **({"thinking": thinking} if thinking else {})}
+            history[prompt["conversation"]] = [*messages, answer]
+        if prompt["category"] == STEP:  # an agent step is reported by its answer's kind, as `bench` does
+            prompt = {**prompt, "category": step_kind(content)}
+        yield prompt, text, tokens
+
+
 async def measure(url: str, target: str, prompts: list[dict], drafters: list[str], k_max: int, repeat: int,
                   max_tokens: int | None = None) -> str:
     server = OllamaClient(url, timeout=600.0)
@@ -126,24 +180,12 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
             built[name] = drafter
         answers: dict[str, list[tuple]] = {name: [] for name in drafters}
         drafting: dict[str, list[float]] = {name: [] for name in drafters}  # seconds per drafted piece
-        history: dict[str, list[dict[str, str]]] = {}  # a conversation's turns so far, with the standard answers
         longest: tuple[str, list[str]] = ("", [])
-        tags = await tags_of(server, target, prompts)  # a thinking model's: its answers reason, then answer
-        for prompt in prompts:
-            text = prompt["prompt"]
-            messages = [*history.get(prompt.get("conversation", ""), []), {"role": "user", "content": text}]
-            if prompt.get("chat", True):  # rendered with the prompt's `think`, as the benchmark renders it
-                text = await server.render_chat(target, messages, {"num_ctx": NUM_CTX}, prompt.get("think"))
-            # The raw continuation, reasoning included: what the engine speculates for a thinking answer.
-            tokens = await standard_answer(server, target, text, max_tokens or prompt.get("max_tokens", 128))
+        async for prompt, text, tokens in standard_turns(server, target, prompts, max_tokens):
             for name, drafter in built.items():
                 answers[name].append((prompt, tokens, await accepted_lengths(drafter, text, tokens, k_max,
                                                                              drafting[name])))
                 drafter.finish(text, "".join(tokens))  # what the decoder does once an answer is complete
-            if "conversation" in prompt:  # the answer as the server splits it, as a client sends it back
-                thinking, content = split("".join(tokens), text, tags if thinks(prompt) else None)
-                answer = {"role": "assistant", "content": content, **({"thinking": thinking} if thinking else {})}
-                history[prompt["conversation"]] = [*messages, answer]
             longest = max(longest, (text, tokens), key=lambda pair: len(pair[1]))
         rows = await measure_costs(bench, *longest, k_max, repeat)
     finally:
@@ -167,28 +209,50 @@ def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str
         key = f"burst{k}"
         steps = engine[key] / engine["standard"]
         lines.append(f"  burst, K={k}     {wall[key]:7.1f} / {engine[key]:6.1f}  (x{steps:.2f})")
-    lines.append(f"{'prompt':14} {'tokens':>6} {'drafts':>6} {'bound, wall':>11} {'engine':>7} {'eager, wall':>11}")
-    bounds: dict[str, list[tuple[float, ...]]] = {}
+    lines.append(f"{'prompt':20} {'tokens':>6} {'drafts':>6} {'bound, wall':>11} {'engine':>7} {'eager, wall':>11}"
+                 "  category")
+    bounds: dict[str, list[Bound]] = {}
+    sessions: dict[str, list[Bound]] = {}  # a conversation's or agent session's turns, in order
     for prompt, tokens, accepted in answers:
-        figures, drafts = [], 0
+        figures, schedule, drafts = [], [], 0
         for costs in (wall, engine):
             bursts = {k: costs[f"burst{k}"] for k in range(1, k_max + 1)}
             seconds, drafts = cheapest(accepted, costs["standard"], bursts)
             figures.append(len(tokens) * costs["standard"] / seconds if seconds else 1.0)
+            schedule.append(seconds)
         bursts = {k: wall[f"burst{k}"] for k in range(1, k_max + 1)}
         figures.append(len(tokens) * wall["standard"] / eager(accepted, wall["standard"], bursts) if tokens else 1.0)
-        best_wall = cheapest(accepted, wall["standard"], {k: wall[f"burst{k}"] for k in range(1, k_max + 1)})[0]
-        bounds.setdefault(prompt["category"], []).append((*figures, len(tokens) * wall["standard"], best_wall))
-        lines.append(f"{prompt['id']:14} {len(tokens):6d} {drafts:6d} {figures[0]:10.2f}x {figures[1]:6.2f}x "
-                     f"{figures[2]:10.2f}x")
-    bounds["all"] = [b for category in list(bounds) for b in bounds[category]]
-    for category, values in bounds.items():
-        wall_x, engine_x, eager_x = (statistics.median(v[i] for v in values) for i in range(3))
-        best = sum(v[4] for v in values)  # the summed times: a long answer weighs more, as in `bench`'s aggregate
-        aggregate = f", aggregate wall {sum(v[3] for v in values) / best:.2f}x" if best else ""
-        lines.append(f"median, {category:9} wall {wall_x:.2f}x, engine {engine_x:.2f}x, eager {eager_x:.2f}x "
-                     f"({len(values)} prompts){aggregate}")
-    return "\n".join(lines)
+        bound = Bound(figures[0], figures[1], figures[2], len(tokens) * wall["standard"], schedule[0])
+        bounds.setdefault(prompt["category"], []).append(bound)
+        if "conversation" in prompt:
+            sessions.setdefault(prompt["conversation"], []).append(bound)
+        lines.append(f"{prompt['id']:20} {len(tokens):6d} {drafts:6d} {figures[0]:10.2f}x {figures[1]:6.2f}x "
+                     f"{figures[2]:10.2f}x  {prompt['category']}")
+    return "\n".join(lines + summary(bounds) + whole(sessions))
+
+
+def summary(bounds: dict[str, list[Bound]]) -> list[str]:
+    """Per category (an agent step's: its answer's kind) and over all: the medians and the aggregate wall."""
+    lines = []
+    for category, values in {**bounds, "all": [b for group in bounds.values() for b in group]}.items():
+        wall_x, engine_x, eager_x = (statistics.median(b[i] for b in values) for i in range(3))
+        total = aggregate(values)
+        lines.append(f"median, {category:12} wall {wall_x:.2f}x, engine {engine_x:.2f}x, eager {eager_x:.2f}x "
+                     f"({len(values)} prompts)" + (f", aggregate wall {total:.2f}x" if total else ""))
+    return lines
+
+
+def whole(sessions: dict[str, list[Bound]]) -> list[str]:
+    """Each session whole, its turns' summed times (what the user waits for it), then the median over the
+    sessions and the aggregate of all their turns."""
+    speedups = {name: x for name, turns in sessions.items() if (x := aggregate(turns))}
+    if not speedups:
+        return []
+    lines = [f"session {name:20} aggregate wall {x:.2f}x ({len(sessions[name])} turns)"
+             for name, x in speedups.items()]
+    total = aggregate([b for name in speedups for b in sessions[name]])
+    return lines + [f"sessions: median wall {statistics.median(speedups.values()):.2f}x, aggregate wall "
+                    f"{total:.2f}x ({len(speedups)} sessions)"]
 
 
 def _k(key: str) -> int:
