@@ -13,7 +13,6 @@ import re
 import statistics
 import threading
 import time
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,7 +22,7 @@ import ollama
 import openai
 import pytest
 
-from tests.support.distribution import assert_fits
+from tests.support.distribution import assert_fits, sampled_first_tokens
 from tests.support.embedded_api import COUNTING
 from tests.support.models import DRAFT, TARGET
 from utils.embedded.server import EmbeddedServer
@@ -214,17 +213,11 @@ def test_sampled_answers_keep_the_target_distribution(served):
              "options": {"temperature": 0, "num_predict": 1}}
     top = httpx.post(f"{served}/api/generate", json=probe, headers=OFF, timeout=300).json()["logprobs"][0]
     expected = text_distribution({t["token"]: t["logprob"] for t in top["top_logprobs"]}, options)
-    runs, seen, methods, drafts = 240, Counter(), set(), 0
-    client = httpx.Client(timeout=300)
-    for _ in range(runs):  # no seed: a seeded sampled answer is standard generation's to repeat
-        body = {"model": DRAFT, "prompt": COLOURS, "raw": True, "stream": False,
-                "options": {"temperature": 1.0, "top_k": 5, "top_p": 1.0, "num_predict": 3}}
-        reply = client.post(f"{served}/api/generate", json=body).json()
-        methods.add(reply["speculative"]["method"])
-        drafts += reply["speculative"]["draft_tokens"]
-        first = next(iter(expected_prefix(reply["response"], expected)), reply["response"])
-        seen[first] += 1
-    client.close()
+    runs = 240
+    body = {"model": DRAFT, "prompt": COLOURS, "raw": True, "stream": False,
+            "options": {"temperature": 1.0, "top_k": 5, "top_p": 1.0, "num_predict": 3}}
+    seen, methods, drafts = sampled_first_tokens(served, "/api/generate", body, runs, expected,
+                                                 lambda reply: reply["response"])
     assert methods == {"sample-match"} and drafts > 0, (methods, drafts)
     assert_fits(seen, expected, runs)
 
@@ -257,11 +250,6 @@ def test_a_non_streamed_answer_stops_when_its_client_leaves(served):
         time.sleep(0.05)
     assert not loaded(), "the model was still held 10 minutes after its client had left"
     assert counted() == before, "the answer ran on after its client had left"
-
-
-def expected_prefix(text: str, expected: dict[str, float]) -> list[str]:
-    """The first token's text: the longest token of the distribution that the answer begins with."""
-    return sorted((token for token in expected if token and text.startswith(token)), key=len, reverse=True)
 
 
 @pytest.fixture(scope="module")

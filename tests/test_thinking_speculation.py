@@ -18,7 +18,7 @@ import ollama
 import openai
 import pytest
 
-from tests.support.distribution import assert_fits
+from tests.support.distribution import assert_fits, sampled_first_tokens
 from tests.support.models import DRAFT
 from tests.support.own_server import own_server
 from tests.support.proxy import running_proxy
@@ -141,16 +141,12 @@ def test_sampled_thinking_keeps_the_target_distribution(thinker):
     for token, probability in text_distribution({t["token"]: t["logprob"] for t in top["top_logprobs"]},
                                                 options).items():
         expected[token.lstrip()] += probability
-    runs, seen, drafts = 160, Counter(), 0
-    with httpx.Client(timeout=300) as client:
-        for _ in range(runs):  # no seed: a seeded sampled answer is standard generation's to repeat
-            body = {"model": name, "messages": QUESTION, "stream": False,
-                    "options": {"temperature": 2.5, "top_k": 5, "top_p": 1.0, "num_predict": 3}}
-            reply = client.post(f"{url}/api/chat", json=body).json()
-            assert reply["speculative"]["method"] == "sample-match", reply["speculative"]
-            drafts += reply["speculative"]["draft_tokens"]
-            thinking = reply["message"].get("thinking") or reply["message"]["content"]
-            first = max((t for t in expected if t and thinking.startswith(t)), key=len, default=thinking)
-            seen[first] += 1
+    runs = 160
+    body = {"model": name, "messages": QUESTION, "stream": False,
+            "options": {"temperature": 2.5, "top_k": 5, "top_p": 1.0, "num_predict": 3}}
+    seen, methods, drafts = sampled_first_tokens(
+        url, "/api/chat", body, runs, expected,
+        lambda reply: reply["message"].get("thinking") or reply["message"]["content"])
+    assert methods == {"sample-match"}, methods
     assert drafts > 0, expected
     assert_fits(seen, expected, runs)

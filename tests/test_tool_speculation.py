@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,7 +18,7 @@ import ollama
 import openai
 import pytest
 
-from tests.support.distribution import assert_fits
+from tests.support.distribution import assert_fits, sampled_first_tokens
 from tests.support.fenced_model import FENCED, fenced_server
 from tests.support.models import DRAFT, TARGET
 from tests.support.proxy import running_proxy
@@ -202,16 +201,12 @@ def test_sampled_tool_chats_keep_the_target_distribution(served):
     top = httpx.post(f"{served}/api/generate", json=probe, headers=OFF, timeout=300).json()["logprobs"][0]
     expected = text_distribution({t["token"]: t["logprob"] for t in top["top_logprobs"]}, options)
     assert sum(p > 0.03 for p in expected.values()) >= 3, expected  # a distribution worth testing
-    runs, seen, methods, drafts = 240, Counter(), set(), 0
-    with httpx.Client(timeout=300) as client:
-        for _ in range(runs):  # no seed: a seeded sampled answer is standard generation's to repeat
-            body = {"model": DRAFT, "messages": HISTORY, "tools": TOOLS, "stream": False,
-                    "options": {"temperature": 1.0, "top_k": 5, "top_p": 1.0, "num_predict": 3}}
-            reply = client.post(f"{served}/api/chat", json=body).json()
-            methods.add(reply["speculative"]["method"])
-            drafts += reply["speculative"]["draft_tokens"]
-            text = reply["message"]["content"]  # 3 tokens are never a whole call: all of it is content
-            seen[max((t for t in expected if t and text.startswith(t)), key=len, default=text)] += 1
+    runs = 240
+    body = {"model": DRAFT, "messages": HISTORY, "tools": TOOLS, "stream": False,
+            "options": {"temperature": 1.0, "top_k": 5, "top_p": 1.0, "num_predict": 3}}
+    # 3 tokens are never a whole call: all of the answer is content.
+    seen, methods, drafts = sampled_first_tokens(served, "/api/chat", body, runs, expected,
+                                                 lambda reply: reply["message"]["content"])
     assert methods == {"sample-match"} and drafts > 0, (methods, drafts)
     assert_fits(seen, expected, runs)
 
