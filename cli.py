@@ -189,29 +189,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bench_target(prompts: Path) -> str:
-    """The target a prompt file is benchmarked on when none is named: the settings' target, or, for
-    prompts that ask the model to think, the stand-in thinking model (no small thinking model is on
-    PyPI; utils/bench/stand_in.py), said on stderr."""
-    from utils.bench.stand_in import DEFAULT
-
-    try:
-        lines = [json.loads(line) for line in prompts.read_text().splitlines() if line.strip()]
-    except (OSError, ValueError):
-        return get_settings().target_model  # the runner reports the file's problem
-    if any(isinstance(line, dict) and line.get("think") not in (None, False) for line in lines):
-        print(f"[these prompts think: benchmarked on {DEFAULT}, a STAND-IN thinking model (utils/bench/stand_in.py);"
-              " --target names another]", file=sys.stderr)
-        return DEFAULT
-    return get_settings().target_model
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
 
+    from utils.bench.reasoning import default_target
     from utils.bench.runner import BenchConfig, run_bench
     from utils.errors import SpecError
 
-    target = args.target or _bench_target(Path(args.prompts))
+    target = args.target or default_target(Path(args.prompts), get_settings().target_model)
+    if not args.target and target != get_settings().target_model:
+        print(f"[these prompts think: benchmarked on {target}, a STAND-IN thinking model (utils/bench/stand_in.py);"
+              " --target names another]", file=sys.stderr)
     config = BenchConfig(
         prompts_file=Path(args.prompts), target=target, drafters=args.draft or [get_settings().draft_model],
         ks=args.k or ["auto"], repeat=args.repeat, out_dir=Path(args.out) if args.out else None, limit=args.limit,

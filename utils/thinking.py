@@ -25,7 +25,7 @@ from utils.chat_templates import GoNode, parse_go
 
 OPENING, CLOSING = "<think>", "</think>"
 
-__all__ = ["CLOSING", "OPENING", "ThinkingParser", "embedded_tags", "ollama_tags", "template_thinks"]
+__all__ = ["CLOSING", "OPENING", "ThinkingParser", "embedded_tags", "ollama_tags", "server_tags", "template_thinks"]
 
 
 def template_thinks(template: str | None) -> bool:
@@ -37,6 +37,12 @@ def template_thinks(template: str | None) -> bool:
 def embedded_tags(template: str | None) -> tuple[str, str] | None:
     """The tags the embedded server splits a model's thinking by: `<think>` for a template that thinks."""
     return (OPENING, CLOSING) if template_thinks(template) else None
+
+
+def server_tags(template: str, embedded: bool) -> tuple[str, str] | None:
+    """The tags a server splits a thinking model's answers by, from the template its /api/show gives:
+    the embedded server's rule, or Ollama's (`ollama_tags`); None where it leaves them unsplit."""
+    return embedded_tags(template) if embedded else ollama_tags(template)
 
 
 class ThinkingParser:

@@ -202,3 +202,15 @@ def test_identical_means_the_same_reasoning_too() -> None:
             run("project", "suffix", "d", "c", "code", {}, thinking="plan")]
     rows = {r["category"]: r for r in summarize({**REASONED, "runs": runs})}
     assert rows["all"]["identical_rate"] == pytest.approx(1 / 3)
+
+
+def test_prompts_that_ask_to_think_default_to_the_stand_in(tmp_path) -> None:
+    from utils.bench.reasoning import default_target
+    from utils.bench.stand_in import DEFAULT
+
+    thinking, plain = tmp_path / "thinking.jsonl", tmp_path / "plain.jsonl"
+    thinking.write_text('{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y", "think": "high"}\n')
+    plain.write_text('{"id": "a", "prompt": "x"}\n{"id": "b", "prompt": "y", "think": false}\n')
+    assert default_target(thinking, "qwen2.5-coder:1.5b") == DEFAULT
+    assert default_target(plain, "qwen2.5-coder:1.5b") == "qwen2.5-coder:1.5b"
+    assert default_target(tmp_path / "missing.jsonl", "qwen2.5-coder:1.5b") == "qwen2.5-coder:1.5b"

@@ -292,5 +292,6 @@ def main(argv: list[str] | None = None) -> int:
         print(asyncio.run(measure(url, args.target, prompts, drafters, args.k_max, args.repeat, args.max_tokens)))
     return 0
 
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -14,17 +14,20 @@ content, and its next turns the same history, as the project's; it reports no to
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from utils.bench.stand_in import DEFAULT
 from utils.embedded.http.thinking import LEVELS
 from utils.engine.answer import collect
 from utils.engine.client import OllamaClient
 from utils.engine.drafters import NONE as STANDARD
 from utils.engine.request import GenerationRequest
 from utils.engine.served import Decoder
-from utils.thinking import ThinkingParser, embedded_tags, ollama_tags
+from utils.thinking import ThinkingParser, server_tags
 
 PROJECT = "project"  # as utils/bench/report.py names the project's engine
 
@@ -39,6 +42,22 @@ def think_problems(line: dict[str, Any]) -> list[str]:
 def thinks(prompt: dict[str, Any]) -> bool:
     """Whether a prompt lets a thinking model think (`think` absent, true or a level)."""
     return prompt.get("think") is not False
+
+
+def asks_to_think(prompt: dict[str, Any]) -> bool:
+    """Whether a prompt asks for thinking itself (`think` true or a level), which only a thinking model takes."""
+    return prompt.get("think") not in (None, False)
+
+
+def default_target(prompts_file: Path, target: str) -> str:
+    """The target a prompt file is benchmarked on when none is named: `target`, or, for prompts that ask
+    to think, the stand-in thinking model (no small thinking model is on PyPI; utils/bench/stand_in.py).
+    A file that cannot be read gets `target`: the runner reports its problem."""
+    try:
+        lines = [json.loads(line) for line in prompts_file.read_text().splitlines() if line.strip()]
+    except (OSError, ValueError):
+        return target
+    return DEFAULT if any(isinstance(line, dict) and asks_to_think(line) for line in lines) else target
 
 
 async def timed_answer(decoder: Decoder, request: GenerationRequest) -> dict[str, Any]:
@@ -61,13 +80,12 @@ async def tags_of(server: OllamaClient, model: str, prompts: Sequence[dict[str, 
     a model that cannot think to think (the server would refuse each with a 400)."""
     shown = await server.show(model)
     if "thinking" not in shown.get("capabilities", []):
-        asking = sorted({str(p["think"]).lower() for p in prompts if p.get("think") not in (None, False)})
+        asking = sorted({str(p["think"]).lower() for p in prompts if asks_to_think(p)})
         if asking:
             raise ValueError(f"the prompts ask to think (think: {', '.join(asking)}) and {model} cannot think; "
                              "use a thinking model or the stand-in: --target stand-in-thinker:1.5b")
         return None
-    template = shown.get("template") or ""
-    return embedded_tags(template) if await server.is_embedded() else ollama_tags(template)
+    return server_tags(shown.get("template") or "", await server.is_embedded())
 
 
 def split(text: str, prompt: str, tags: tuple[str, str] | None) -> tuple[str, str]:

@@ -37,7 +37,7 @@ from utils.engine.thinking_answer import ThinkingAnswer
 from utils.engine.tool_answer import ToolAnswer
 from utils.engine.validator import PromptPrefixValidator, choose_method
 from utils.sampling import GREEDY
-from utils.thinking import embedded_tags, ollama_tags
+from utils.thinking import server_tags
 from utils.tool_calls import tool_tag
 
 __all__ = ["FORMAT_REASON", "NO_GAIN_REASON", "SpeculativeDecoder", "build_decoder"]
@@ -76,7 +76,7 @@ class SpeculativeDecoder:
         tag = tool_tag(info.template) if request.tools else None
         others = info.tool_parser if tag is not None and not embedded else None
         thinking = info.thinks and thinks(info, request.think)
-        tags = (embedded_tags(info.template) if embedded else ollama_tags(info.template)) if thinking else None
+        tags = server_tags(info.template, embedded) if thinking else None
         own = info.thinking_parser if thinking and not embedded else None
         plan = Plan(info, sampling, stops, tool_tag=tag, thinking_tags=tags)
         if why := standard_reason(info, request.format, request.think, self.target.constrains, others, own):
