@@ -5,6 +5,7 @@ import pkgutil
 
 from utils.engine.drafters.base import (
     NONE,
+    Branch,
     Draft,
     Drafter,
     DraftSetup,
@@ -16,4 +17,4 @@ from utils.engine.drafters.base import (
 for _module in pkgutil.iter_modules(__path__):
     importlib.import_module(f"{__name__}.{_module.name}")
 
-__all__ = ["NONE", "Draft", "DraftSetup", "Drafter", "build_drafter", "drafter_class", "model_free_drafters"]
+__all__ = ["NONE", "Branch", "Draft", "DraftSetup", "Drafter", "build_drafter", "drafter_class", "model_free_drafters"]

@@ -38,13 +38,35 @@ class Draft:
     # Where a drafter with several sources found it (the suffix drafter: "answer" for this answer's own
     # tree, "shared" for earlier answers'): the controller calibrates each source's confidences apart.
     source: str = ""
+    # Other continuations the drafter finds likely (a tree: tree verification, issue 43). Empty: a chain.
+    branches: list[Branch] = field(default_factory=list)
 
     def __len__(self) -> int:
+        """The main chain's pieces (the draft length K); `rows` counts the branches' pieces too."""
         return len(self.pieces)
 
+    @property
+    def rows(self) -> int:
+        """Pieces to verify, every branch's included: a tree of R pieces is R + 1 one-token requests."""
+        return len(self.pieces) + sum(len(branch.draft) for branch in self.branches)
+
     def head(self, length: int) -> Draft:
-        """The first `length` pieces, with what goes with them."""
-        return Draft(self.pieces[:length], self.top_logprobs[:length], self.confidence[:length], self.source)
+        """The first `length` pieces, with what goes with them: the branches that part from them, no
+        deeper than `length` either."""
+        branches = [Branch(b.at, b.draft.head(length - b.at)) for b in self.branches if b.at < min(length, len(self))]
+        return Draft(self.pieces[:length], self.top_logprobs[:length], self.confidence[:length], self.source,
+                     branches)
+
+    def chain(self) -> Draft:
+        """The main chain alone."""
+        return Draft(self.pieces, self.top_logprobs, self.confidence, self.source)
+
+    def path(self, branch: int | None) -> list[str]:
+        """The pieces along the main chain, or along branch number `branch` (the main chain up to it)."""
+        if branch is None:
+            return self.pieces
+        at = self.branches[branch].at
+        return self.pieces[:at] + self.branches[branch].draft.pieces
 
     def graded(self, text: str) -> tuple[int, int]:
         """Held against `text`, what the target wrote after it was proposed: (accepted, decided), the
@@ -59,6 +81,18 @@ class Draft:
             accepted += 1
         rejected = accepted < len(self.pieces) and not self.pieces[accepted].startswith(text[position:])
         return accepted, accepted + rejected
+
+
+@dataclass
+class Branch:
+    """Another continuation of a draft: `draft`'s pieces instead of the main chain's from position
+    `at` on (at < the main chain's length). Its first piece differs from the main chain's piece there
+    and from every other branch's at the same position; its confidences are as the main chain's (the
+    first: how likely the target writes that piece at `at`). A branch has no branches of its own: a
+    tree here is a main chain and side chains, each verified a row per piece."""
+
+    at: int
+    draft: Draft
 
 
 @dataclass
@@ -105,8 +139,10 @@ class Drafter:
         return None
 
     # -- what a drafter does ------------------------------------------------------------------------
-    async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
-        """Up to `k` pieces that may follow `context`; greedy `options` ask for the likeliest ones."""
+    async def propose(self, context: str, k: int, options: SamplingOptions, width: int = 1) -> Draft:
+        """Up to `k` pieces that may follow `context`; greedy `options` ask for the likeliest ones.
+        `width` > 1 asks for a tree: up to width - 1 branches (`Draft.branches`) where the drafter
+        knows other likely continuations; a drafter that knows none gives a chain."""
         raise NotImplementedError
 
     def update(self, draft: Draft, accepted: int) -> None:

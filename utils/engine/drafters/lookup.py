@@ -38,7 +38,7 @@ class PromptLookupDrafter(Drafter):
     def llama_server_args(cls, k: str, model_path: Path | None) -> list[str] | None:
         return ["--spec-type", "ngram-simple"] + ([] if k == "auto" else ["--spec-ngram-simple-size-m", k])
 
-    async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
+    async def propose(self, context: str, k: int, options: SamplingOptions, width: int = 1) -> Draft:
         if k <= 0:
             return Draft()
         continuation, match = self._continuation(context, k * self.longest_piece)

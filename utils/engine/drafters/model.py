@@ -67,7 +67,7 @@ class ModelDrafter(Drafter):
         """Only a context asked for on purpose: another one would reload the draft model."""
         return {"num_ctx": self.num_ctx} if self.num_ctx else {}
 
-    async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
+    async def propose(self, context: str, k: int, options: SamplingOptions, width: int = 1) -> Draft:
         draft = Draft()
         if k <= 0:
             return draft

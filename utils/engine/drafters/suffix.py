@@ -153,7 +153,7 @@ class SuffixDrafter(Drafter):
         _, pieces = await vocabulary(setup.target, setup.target_model, setup.memory)
         return cls(pieces, f"{setup.target.url} {setup.target_model}", memory=setup.memory)
 
-    async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
+    async def propose(self, context: str, k: int, options: SamplingOptions, width: int = 1) -> Draft:
         if k <= 0:
             return Draft()
         answer = self._read(context)
