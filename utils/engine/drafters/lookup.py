@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from utils.engine.drafters.base import Draft, Drafter, DraftSetup
+from utils.engine.drafters.base import Branch, Draft, Drafter, DraftSetup
 from utils.engine.tokenizers import vocabulary
 from utils.sampling import SamplingOptions
 
 LOOKUP = "lookup"
+# Asked for a tree, the earlier occurrences of the matched end read for other continuations, newest
+# first: a bound, since a common end (an indentation, a closing brace) may occur thousands of times.
+BRANCH_TRIES = 16
 
 
 class PromptLookupDrafter(Drafter):
@@ -16,7 +19,8 @@ class PromptLookupDrafter(Drafter):
 
     The continuation is cut into the target's own token pieces (greedy longest match over its
     vocabulary) because the validator accepts a piece only when it equals the target's token there.
-    Its pieces carry no probabilities, so sampled answers are verified by sample-match.
+    Its pieces carry no probabilities, so sampled answers are verified by sample-match. Asked for a
+    tree, the older occurrences of the same end that went on otherwise give the branches.
     """
 
     kind = LOOKUP
@@ -41,14 +45,18 @@ class PromptLookupDrafter(Drafter):
     async def propose(self, context: str, k: int, options: SamplingOptions, width: int = 1) -> Draft:
         if k <= 0:
             return Draft()
-        continuation, match = self._continuation(context, k * self.longest_piece)
+        limit = k * self.longest_piece
+        continuation, match, at = self._continuation(context, limit)
         pieces = self._split(continuation, k)
         # One estimate for every piece: the longer the end that matched, the likelier a copy.
-        return Draft(pieces=pieces, confidence=[match / self.max_match] * len(pieces))
+        draft = Draft(pieces=pieces, confidence=[match / self.max_match] * len(pieces))
+        if width > 1 and pieces:
+            draft.branches = self._branches(context, draft, match, at, limit, width - 1)
+        return draft
 
-    def _continuation(self, context: str, limit: int) -> tuple[str, int]:
-        """Longest suffix (min_match..max_match chars) that occurred earlier: what came after it, and
-        the suffix's length."""
+    def _continuation(self, context: str, limit: int) -> tuple[str, int, int]:
+        """Longest suffix (min_match..max_match chars) that occurred earlier: what came after it (at
+        most `limit` characters), the suffix's length, and where that occurrence begins (-1: none)."""
         for size in (self.max_match, 32, 16, self.min_match):
             if size > len(context) // 2:
                 continue
@@ -56,8 +64,33 @@ class PromptLookupDrafter(Drafter):
             at = context.rfind(suffix, 0, len(context) - 1)
             if at >= 0:
                 start = at + size
-                return context[start : start + limit], size
-        return "", 0
+                return context[start : start + limit], size, at
+        return "", 0, -1
+
+    def _branches(self, context: str, draft: Draft, match: int, at: int, limit: int, most: int) -> list[Branch]:
+        """The continuations of older occurrences of the matched end (BRANCH_TRIES at most, newest
+        first), each from the first piece where it parts from the draft: a text edited more than once
+        goes on in one of its earlier versions. One branch per first piece and position, each piece
+        with the main chain's estimate (the same match)."""
+        suffix, k = context[-match:], len(draft)
+        texts = {context[at + match : at + match + limit]}
+        seen: set[tuple[int, str]] = set()
+        found: list[Branch] = []
+        for _ in range(BRANCH_TRIES):
+            at = context.rfind(suffix, 0, at + match - 1)  # the next older one, overlaps included
+            if at < 0 or len(found) == most:
+                break
+            text = context[at + match : at + match + limit]
+            if text in texts:
+                continue
+            texts.add(text)
+            pieces = self._split(text, k)
+            parts = next((i for i, (a, b) in enumerate(zip(pieces, draft.pieces)) if a != b), min(len(pieces), k))
+            if parts < min(len(pieces), k) and (parts, pieces[parts]) not in seen:
+                seen.add((parts, pieces[parts]))
+                value = draft.confidence[0]
+                found.append(Branch(parts, Draft(pieces[parts:], confidence=[value] * (len(pieces) - parts))))
+        return found
 
     def _split(self, text: str, k: int) -> list[str]:
         pieces: list[str] = []

@@ -6,10 +6,14 @@ import math
 import time
 from pathlib import Path
 
-from utils.engine.drafters.base import Draft, Drafter, DraftSetup
+from utils.engine.drafters.base import Branch, Draft, Drafter, DraftSetup
 from utils.engine.target import RequestRefused, ServerError, Target, Token
 from utils.engine.tokenizers import tokenizer_relation
 from utils.sampling import SamplingOptions
+
+# Asked for a tree, a draft piece less likely than this gets the draft's next choice there as a
+# one-piece branch: at 0.8 and above the second choice has at most 0.2, seldom worth a row to verify.
+BRANCH_BELOW = 0.8
 
 
 class ModelDrafter(Drafter):
@@ -17,7 +21,8 @@ class ModelDrafter(Drafter):
 
     Drafting stops at K pieces, at a piece whose probability is below `p_min`, at a piece that is only
     part of a character, or at the end of text; a draft shorter than `n_min` is dropped. Stopping
-    closes the stream, so the server stops too.
+    closes the stream, so the server stops too. Asked for a tree, it adds the draft's second choice
+    where it was unsure (`_branches`): the same model call, no other.
     """
 
     description = "a smaller model of the same family"
@@ -79,7 +84,27 @@ class ModelDrafter(Drafter):
                 break
         if len(draft) < self.n_min:
             return Draft()
+        if width > 1:
+            draft.branches = self._branches(draft, width - 1)
         return draft
+
+    @staticmethod
+    def _branches(draft: Draft, most: int) -> list[Branch]:
+        """At the draft's least sure positions (below BRANCH_BELOW), the likeliest other candidate of its
+        top log-probabilities, a whole piece, as a one-piece branch: where the draft model hesitated
+        between two pieces the target often takes the other. Its distribution is the main piece's
+        (the same context), so rejection sampling can verify it too."""
+        found: list[Branch] = []
+        unsure = sorted((value, at) for at, value in enumerate(draft.confidence) if value < BRANCH_BELOW)
+        for _, at in unsure:
+            if len(found) == most:
+                break
+            others = [(logprob, text) for text, logprob in draft.top_logprobs[at].items()
+                      if text and text != draft.pieces[at] and "\ufffd" not in text]
+            if others:
+                logprob, text = max(others)
+                found.append(Branch(at, Draft([text], [draft.top_logprobs[at]], [math.exp(logprob)])))
+        return found
 
     def _extend(self, draft: Draft, tokens: list[Token], k: int) -> bool:
         """Add confident, whole-character tokens to `draft`; True once drafting should stop."""

@@ -20,6 +20,10 @@ and keeps the draft with the highest score (the sum of those probabilities), the
 tie; the better of the two trees' drafts wins. The defaults are vLLM's for `method: "suffix"` (depth
 24, factor 1.0, probability 0.1).
 
+Asked for a tree (SuffixDecoding's tree mode), the other children along the winning tree's path whose
+running product stays at or above `MIN_TOKEN_PROB` are followed the same way, the likeliest first,
+as branches (`SuffixDrafter._branches`).
+
 Text is cut into pieces the same way wherever it occurs, so that a copy matches its original; only
 the context's last characters are matched as text (`SuffixDrafter`). Before, the context's end was
 cut on its own and missed the copy wherever the target had split the text otherwise than the prompt
@@ -32,7 +36,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from utils.engine.drafters.base import Draft, Drafter, DraftSetup
+from utils.engine.drafters.base import Branch, Draft, Drafter, DraftSetup
 from utils.engine.memory import EngineMemory
 from utils.engine.suffix_tree import (
     MAX_DEPTH,
@@ -180,19 +184,24 @@ class SuffixDrafter(Drafter):
                 if proposal.tokens and proposal.score >= best.score:
                     best, best_rest, best_source, best_at = proposal, rest, source, (tree, active)
         head = min(k, HEAD_PIECES) + (1 if best_rest else 0)  # what `_continue` asked of the tree
-        tokens, values = self._longer(*best_at, best, head, k + 1 if best_rest else k)
-        return self._cut(tokens, values, best_rest, k, best_source)
+        tokens, values, parts = self._longer(*best_at, best, head, k + 1 if best_rest else k)
+        draft = self._cut(tokens, values, best_rest, k, best_source)
+        if width > 1 and draft.pieces:
+            draft.branches = self._branches(best_at[0], parts, tokens, values, best_rest, draft, k, width - 1)
+        return draft
 
     def _longer(self, tree: SuffixTree, active: list[int], proposal: Proposal, asked: int,
-                limit: int) -> tuple[list[int], list[float]]:
+                limit: int) -> tuple[list[int], list[float], list[tuple[list[int], Proposal]]]:
         """`proposal` (`asked` pieces were asked for) with its confidences, continued where it stopped
         for want of room (the pieces asked for, or the tree's depth: a match of d pieces drafts at most
         depth - d), not for its probability, the tree's end or a match too short for more (d x
         factor), and more were asked for: the tree followed through the draft as if it had been
         written, and drafted from again, HEAD_PIECES at a time, up to `limit` pieces. So a sure copy
         (a file rewritten) is drafted as far as a long burst may verify; each further piece carries
-        its own confidence, which the controller weighs (controller.py, LONG_SURE)."""
+        its own confidence, which the controller weighs (controller.py, LONG_SURE). Also each part
+        drafted with the active nodes it was drafted from: where branches may part from it."""
         tokens, values, part = list(proposal.tokens), self._confidence(tree, active, proposal), proposal
+        parts = [(active, proposal)]
         while (part.tokens and len(tokens) < limit and len(part.tokens) >= min(asked, tree.depth - part.match)
                and len(part.tokens) < int(part.match * self.factor + 1e-6)):
             for token in part.tokens:
@@ -201,7 +210,60 @@ class SuffixDrafter(Drafter):
             part = speculate(tree, active, asked, self.factor, self.min_prob)
             tokens += part.tokens
             values += self._confidence(tree, active, part)
-        return tokens, values
+            parts.append((active, part))
+        return tokens, values, parts
+
+    def _branches(self, tree: SuffixTree, parts: list[tuple[list[int], Proposal]], tokens: list[int],
+                  values: list[float], rest: str, draft: Draft, k: int, most: int) -> list[Branch]:
+        """SuffixDecoding's tree mode: at each node of the path the draft followed (tree pieces
+        `tokens`, confidences `values`, `parts` as `_longer` gives them), each other child whose
+        running probability (the product of count ratios to it) is at least `min_prob`, followed by
+        its most frequent children as the draft was, no longer than the draft's rest; the likeliest
+        first, up to `most`. Each is cut into pieces as the draft is (the draft's text up to it, then
+        its own, after `rest`): its branch begins at the first piece where the two differ, and one
+        that differs nowhere within the draft, or at a position and first piece taken, is dropped."""
+        count, best_of, token_of = tree.count, tree.best, tree.token
+        others: list[tuple[float, int, int, float, int, int]] = []  # probability, index, child, at parent ...
+        index = 0
+        for active, part in parts:
+            node, prob = active[part.match - 1], 1.0
+            longest = self._longest(tree, active, part)
+            room = min(int(part.match * self.factor + 1e-6), tree.depth - part.match)  # as `speculate`'s
+            for offset, token in enumerate(part.tokens):
+                for other, child in tree.kids.get(node, {}).items():
+                    chance = prob * count[child] / count[node]
+                    if other != token and chance >= self.min_prob:
+                        others.append((chance, index + offset, child, prob, longest, room - offset))
+                node, prob = tree.child(node, token), part.probs[offset]
+            index += len(part.tokens)
+        others.sort(key=lambda other: (-other[0], other[1]))
+        found: list[Branch] = []
+        taken: set[tuple[int, str]] = set()
+        for chance, index, node, before, longest, room in others:
+            path, probs = [token_of[node]], [chance]
+            while len(path) < min(room, len(tokens) - index) and best_of[node] >= 0:
+                child = best_of[node]
+                chance *= count[child] / count[node]
+                if chance < self.min_prob:
+                    break
+                path.append(token_of[child])
+                probs.append(chance)
+                node = child
+            ratios = confidence(Proposal(probs=[value / before for value in probs], match=longest))
+            text = "".join(self._text(token) for token in tokens[:index] + path)
+            if len(text) <= len(rest) or not text.startswith(rest):
+                continue  # it parts from the context's open tail, not from the draft
+            cut = self._cut(tokens[:index] + path, values[:index] + ratios, rest, k, draft.source)
+            at = next((i for i, (a, b) in enumerate(zip(cut.pieces, draft.pieces)) if a != b), len(draft))
+            if at >= min(len(cut), len(draft)) or (at, cut.pieces[at]) in taken:
+                continue
+            taken.add((at, cut.pieces[at]))
+            # Its first piece is written where the tree parts, whichever tree piece it starts in.
+            found.append(Branch(at, Draft(cut.pieces[at:], confidence=[ratios[0], *cut.confidence[at + 1:]],
+                                          source=draft.source)))
+            if len(found) == most:
+                break
+        return found
 
     @staticmethod
     def _confidence(tree: SuffixTree, active: list[int], proposal: Proposal) -> list[float]:
@@ -212,10 +274,15 @@ class SuffixDrafter(Drafter):
         that began 12 pieces ago, and the controller could not tell the two apart (LONG_SURE)."""
         if not proposal.tokens:
             return []
+        return confidence(replace(proposal, match=SuffixDrafter._longest(tree, active, proposal)))
+
+    @staticmethod
+    def _longest(tree: SuffixTree, active: list[int], proposal: Proposal) -> int:
+        """The longest match that occurs where `proposal`'s does (`_confidence`)."""
         longest, count = proposal.match, tree.count[active[proposal.match - 1]]
         while longest < len(active) and tree.count[active[longest]] == count:
             longest += 1
-        return confidence(replace(proposal, match=longest))
+        return longest
 
     def _continue(self, tree: SuffixTree, active: list[int], rest: str, k: int) -> Proposal:
         """The tree's continuation from `active` if its text begins with `rest`, scored by the pieces
