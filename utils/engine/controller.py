@@ -39,6 +39,7 @@ from typing import ClassVar
 
 from utils.engine.calibration import Calibration
 from utils.engine.cost_model import CostModel
+from utils.engine.tree_policy import Chains
 
 PROBE_EVERY = 4  # standard segments between two speculative probes while K = 0 ...
 MAX_PROBE_EVERY = 64  # ... doubled after each probe that did not pay, up to this
@@ -67,6 +68,7 @@ class DraftLengthController:
         self.k_max = k_max
         self.cost = CostModel()
         self.calibration = Calibration(k_max)
+        self.trees = Chains()  # which branches of a draft are verified (tree_policy.py): none by default
 
     # -- decisions -----------------------------------------------------------------------------
 
@@ -125,11 +127,14 @@ class DraftLengthController:
 
     def record_round(self, k: int, drafted: int, accepted: int, draft_seconds: float, verify_seconds: float,
                      unseen: int = 0, confidence: list[float] | None = None, waited_for_closed_token: bool = False,
-                     source: str = "") -> None:
+                     source: str = "", tree: bool = False) -> None:
         """One round: `unseen` is how many tokens the drafter had not seen before drafting (in a run of
         rounds, the previous round's emitted tokens; after a standard segment, the whole segment);
-        `confidence`, the drafter's estimate for each piece verified."""
-        draft_seconds = self.cost.record_round(drafted, draft_seconds, verify_seconds, unseen, waited_for_closed_token)
+        `confidence`, the drafter's estimate for each piece verified. For a `tree` (branches verified
+        too: the tree policy learns their cost), `drafted` and `accepted` are its main chain's, and
+        its time teaches the cost of verifying a chain nothing."""
+        draft_seconds = self.cost.record_round(drafted, draft_seconds, verify_seconds, unseen, waited_for_closed_token,
+                                               learn_verify=not tree)
         if (standard := self.cost.standard_seconds_per_token) is not None:
             rate = (accepted + 1) / max(draft_seconds + verify_seconds, 1e-6)
             self._judge_round(drafted, paid=drafted > 0 and rate * standard > MARGIN)

@@ -70,9 +70,10 @@ class CostModel:
         self.verify_seconds[k] = blend(self.verify_seconds.get(k), seconds)
 
     def record_round(self, drafted: int, draft_seconds: float, verify_seconds: float, unseen: int,
-                     waited_for_closed_token: bool) -> float:
+                     waited_for_closed_token: bool, learn_verify: bool = True) -> float:
         """A round that drafted `drafted` pieces, `unseen` tokens after the drafter's last context;
-        returns what its draft would have cost in a run of rounds (without the catch-up)."""
+        returns what its draft would have cost in a run of rounds (without the catch-up). Without
+        `learn_verify` (a tree's round: more rows than `drafted`) its verification teaches nothing."""
         if drafted and unseen > drafted + 1 and self.draft_seconds_per_token is not None:
             catch_up = max(draft_seconds - self.draft_seconds_per_token * drafted, 0.0)
             self.catch_up_seconds_per_token = blend(self.catch_up_seconds_per_token, catch_up / unseen)
@@ -80,7 +81,9 @@ class CostModel:
         if not drafted:
             return draft_seconds
         self.draft_seconds_per_token = blend(self.draft_seconds_per_token, draft_seconds / drafted)
-        if not waited_for_closed_token:
+        if not learn_verify:
+            pass
+        elif not waited_for_closed_token:
             first = drafted not in self.verified_in_runs
             self.verified_in_runs.add(drafted)
             self.verify_seconds[drafted] = blend(None if first else self.verify_seconds.get(drafted), verify_seconds)

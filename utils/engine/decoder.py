@@ -153,7 +153,8 @@ class SpeculativeDecoder:
         """The controller of answers verified by `method`: one per (server, target, drafter, method),
         shared by the answers of this memory."""
         key = (self.target.url, self.target_model, self.drafter and self.drafter.name, method)
-        return self.memory.controller(key, self.config.k_max, k, free=self.drafter is not None and self.drafter.free)
+        return self.memory.controller(key, self.config.k_max, k, free=self.drafter is not None and self.drafter.free,
+                                      tree_width=self.config.tree_width)
 
     async def _planned(self, request: GenerationRequest) -> Plan:
         try:
@@ -208,13 +209,16 @@ class SpeculativeDecoder:
             options = answer.draft_options()
             proposed, answer.proposal = answer.proposal, None  # what the segment's drafter found, for this context
             if proposed is None:
-                proposed = await asyncio.wait_for(drafter.propose(answer.context, k, options),
+                proposed = await asyncio.wait_for(drafter.propose(answer.context, k, options, controller.trees.width),
                                                   self.config.draft_timeout)
             proposed = proposed.head(k)
             # A probe is verified whole: that is how the controller learns what its drafts are worth.
             keep = (answer.budget.worth_verifying(proposed, answer.waits_for_closed_token)
                     if len(proposed.confidence) == len(proposed) else len(proposed))
             draft = proposed.head(len(proposed) if controller.probing() else keep)
+            # The branches that pay (tree_policy.py; none by default). Rejection sampling verifies chains.
+            draft = draft.chain() if method == "rejection" else controller.trees.shape(draft, controller,
+                                                                                       answer.budget.trust())
             drafted_at = time.perf_counter()
             seen = answer.drafter_saw if answer.drafter_saw is not None else -answer.stats.prompt_tokens
             unseen, answer.drafter_saw = answer.output.tokens - seen, answer.output.tokens
@@ -238,20 +242,24 @@ class SpeculativeDecoder:
             return
         verified_at = time.perf_counter()
         drafter.update(draft, verdict.accepted)
+        # What the main chain kept: all that was accepted, or up to the branch the target took instead.
+        main = verdict.accepted if verdict.branch is None else draft.branches[verdict.branch].at
         if len(draft.confidence) == len(draft):
-            answer.budget.tally(draft.confidence, verdict.accepted, min(verdict.accepted + 1, len(draft)), draft.source)
-        controller.record_round(k, len(draft), verdict.accepted, drafted_at - round_started, verified_at - drafted_at,
+            answer.budget.tally(draft.confidence, main, min(main + 1, len(draft)), draft.source)
+        controller.record_round(k, len(draft), main, drafted_at - round_started, verified_at - drafted_at,
                                 unseen, draft.confidence, waited_for_closed_token=answer.waits_for_closed_token,
-                                source=draft.source)
+                                source=draft.source, tree=bool(draft.branches))
+        controller.trees.record(draft, verdict.accepted, verdict.branch, verified_at - drafted_at, controller)
         answer.waits_for_closed_token = False
         answer.context_tokens = verdict.prompt_tokens - answer.output.tokens
         answer.note_prompt_tokens(answer.context_tokens)
         before = answer.output.tokens
         for event in answer.take(verdict):
             yield event
-        record = RoundRecord(k=k, drafted=len(draft), accepted=verdict.accepted,
+        record = RoundRecord(k=k, drafted=draft.rows, accepted=verdict.accepted,
                              emitted=answer.output.tokens - before, seconds=verified_at - round_started,
-                             at_seconds=verified_at - answer.started)
+                             at_seconds=verified_at - answer.started, branches=len(draft.branches),
+                             branch_tokens=verdict.accepted - main)
         answer.budget.settle(record.emitted, record.seconds)
         answer.stats.observe_round(record, drafted_at - round_started, verified_at - drafted_at)
         yield RoundEvent(record, answer.stats)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from utils.engine.controller import DraftLengthController, new_controller
+from utils.engine.tree_policy import tree_policy
 
 
 @dataclass(eq=False)
@@ -26,10 +27,12 @@ class EngineMemory:
     # (server, model) -> why drafts cannot be verified there, or None: planning.verification_gate.
     gates: dict[tuple[str, str], str | None] = field(default_factory=dict)
 
-    def controller(self, key: tuple, k_max: int, fixed_k: int | None, free: bool) -> DraftLengthController:
-        """One controller per (server, target, drafter, method, k_max, fixed K), so that what one answer
-        learned helps the next."""
-        full_key = (*key, k_max, fixed_k)
+    def controller(self, key: tuple, k_max: int, fixed_k: int | None, free: bool,
+                   tree_width: int = 1) -> DraftLengthController:
+        """One controller per (server, target, drafter, method, k_max, fixed K, tree width), so that
+        what one answer learned helps the next."""
+        full_key = (*key, k_max, fixed_k, tree_width)
         if full_key not in self.controllers:
-            self.controllers[full_key] = new_controller(k_max, fixed_k, free)
+            controller = self.controllers[full_key] = new_controller(k_max, fixed_k, free)
+            controller.trees = tree_policy(tree_width)
         return self.controllers[full_key]

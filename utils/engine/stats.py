@@ -34,6 +34,8 @@ class RoundRecord(BaseModel):
     drafted: int = 0
     accepted: int = 0
     emitted: int = Field(0, description="output tokens this round produced")
+    branches: int = Field(0, description="a tree's branches verified beside the main chain (0: a chain)")
+    branch_tokens: int = Field(0, description="of accepted, the pieces of a branch the target took")
     seconds: float = 0.0
     at_seconds: float = Field(0.0, description="time since the request when the round ended")
 
@@ -59,6 +61,8 @@ class AnswerStats(BaseModel):
     correction_tokens: int = 0
     bonus_tokens: int = 0
     standard_tokens: int = Field(0, description="tokens from standard generation (K = 0 or fallback)")
+    tree_rounds: int = Field(0, description="rounds that verified a tree (a draft with branches), not a chain")
+    branch_tokens: int = Field(0, description="accepted draft tokens that came from a tree's branch")
     acceptance_rate: float = Field(0.0, description="accepted / drafted")
     mean_acceptance_length: float = Field(
         0.0, description="tokens per verification step: 1 + accepted / drafts (vLLM's definition)"
@@ -90,6 +94,8 @@ class AnswerStats(BaseModel):
         self.verify_seconds += verify_seconds
         if record.drafted:
             self.observe_draft(record.drafted, record.accepted)
+        self.tree_rounds += record.branches > 0
+        self.branch_tokens += record.branch_tokens
 
     def observe_standard(self, record: RoundRecord) -> None:
         """One standard segment (K = 0)."""
@@ -138,7 +144,8 @@ def _grow(counts: list[int], size: int) -> None:
 
 
 _SUMMED = ("output_tokens", "drafts", "drafted_tokens", "accepted_tokens", "correction_tokens", "bonus_tokens",
-           "standard_tokens", "total_seconds", "draft_seconds", "verify_seconds", "standard_seconds")
+           "standard_tokens", "tree_rounds", "branch_tokens", "total_seconds", "draft_seconds", "verify_seconds",
+           "standard_seconds")
 _SUMMED_BY_INDEX = ("position_reached", "position_accepted", "acceptance_histogram")
 
 

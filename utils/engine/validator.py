@@ -18,6 +18,17 @@ Acceptance methods:
   speculative-sampling rule on the target's and draft's top-20 log-probabilities: accept x with
   probability min(1, p(x)/q(x)), else draw from max(0, p - q). Exact, and accepts more often than
   sample-match because a draft token that is likely but not the one drawn can still be kept.
+
+Trees (Draft.branches: side chains that part from the main chain at a position) are verified the
+same way, one request per node (`node_prompts`): greedy and sample-match follow the main chain while
+the target's token equals its piece, and where it does not, the branch that begins with that token.
+Sample-match stays exact with a tree: each node's request samples with its own seed, and the path
+only ever reads one sample per position it reaches, the sample of the node it is at; which node that
+is depends only on the samples before it. So every emitted token is a fresh draw from the target's
+distribution given the tokens before it, exactly as standard sampling, whatever the tree proposed
+(SpecInfer's multi-draft rule would accept more often, but needs the drafts' distributions). Rejection
+sampling verifies chains only: with several candidates at a position its one-candidate rule is no
+longer exact, so the decoder drops a draft's branches for it.
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ class Verdict:
     # In sample-match mode, the seed of the position where an unusable token stopped the round:
     # standard generation resumes with it so that the same sample is drawn there.
     resume_seed: int | None = None
+    branch: int | None = None  # a tree's branch the accepted path followed (Draft.branches), if any
 
 
 def choose_method(options: SamplingOptions, exact_distribution: bool) -> Method:
@@ -69,7 +81,7 @@ class PromptPrefixValidator:
         `sent`: the client's own options, which every request carries, so that upstream merges them
         with the model's parameters as for a direct request and never reloads for a num_ctx of ours;
         `format`: the answer's grammar, which the target applies at every position (in process)."""
-        prompts = [context + "".join(draft.pieces[:i]) for i in range(len(draft) + 1)]
+        prompts = node_prompts(context, draft)
         sent = {key: value for key, value in (sent or {}).items() if key != "seed"}
         base: dict[str, Any] = {**sent, "temperature": 0}
         top = 0
@@ -82,6 +94,7 @@ class PromptPrefixValidator:
         steps = await self.server.next_tokens(
             self.model, prompts, [base if seed is None else {**base, "seed": seed} for seed in seeds], top, format)
         if method == "rejection":
+            assert not draft.branches, "rejection sampling verifies chains (see above)"
             verdict = self._rejection(steps, draft, options, rng)
         else:
             verdict = self._match(steps, draft, seeds)
@@ -90,20 +103,34 @@ class PromptPrefixValidator:
 
     @staticmethod
     def _match(steps: list[Step], draft: Draft, seeds: list[int | None]) -> Verdict:
+        """Greedy and sample-match, for a chain or a tree: the path the target's own tokens follow."""
         verdict = Verdict()
-        for position, step in enumerate(steps):
+        pieces, rows = draft.pieces, list(range(len(draft) + 1))  # the path, and its positions' steps
+        position = 0
+        while position < len(rows):
+            step = steps[rows[position]]
             if step.token is None:
                 verdict.ended = step.done_reason == "stop"
                 break
             if not step.token.complete:
-                verdict.resume_seed = seeds[position]
+                verdict.resume_seed = seeds[rows[position]]
                 break  # part of a character: standard generation takes over from here
             text = step.token.text
-            if position < len(draft) and text == draft.pieces[position]:
+            if position < len(pieces) and text != pieces[position] and verdict.branch is None:
+                # The main chain misses here: a branch that begins with the target's token is followed.
+                # Its positions were asked in their own requests (`node_prompts`), each with its own seed.
+                for number, start in branch_rows(draft):
+                    branch = draft.branches[number]
+                    if branch.at == position and branch.draft.pieces[0] == text:
+                        verdict.branch, pieces = number, draft.path(number)
+                        rows = rows[: position + 1] + list(range(start, start + len(branch.draft)))
+                        break
+            if position < len(pieces) and text == pieces[position]:
                 verdict.pieces.append((text, "draft"))
                 verdict.accepted += 1
+                position += 1
                 continue
-            verdict.pieces.append((text, "correction" if position < len(draft) else "bonus"))
+            verdict.pieces.append((text, "correction" if position < len(pieces) else "bonus"))
             break
         return verdict
 
@@ -137,6 +164,27 @@ class PromptPrefixValidator:
             # bias towards whole characters in this rare case (a prompt cannot end inside one).
             break
         return verdict
+
+
+def node_prompts(context: str, draft: Draft) -> list[str]:
+    """A request's prompt per position to verify: the context and each prefix of the main chain, then
+    for each branch the context, the main chain up to it and each prefix of the branch's pieces but
+    (the position of its first piece is the main chain's, already asked). The target's token at a node is
+    what it writes after that prefix, so one request per node verifies a tree over any Ollama."""
+    prompts = [context + "".join(draft.pieces[:i]) for i in range(len(draft) + 1)]
+    for branch in draft.branches:
+        trunk = context + "".join(draft.pieces[: branch.at])
+        prompts += [trunk + "".join(branch.draft.pieces[:i]) for i in range(1, len(branch.draft) + 1)]
+    return prompts
+
+
+def branch_rows(draft: Draft) -> list[tuple[int, int]]:
+    """(branch number, the index in `node_prompts` of the position after its first piece)."""
+    rows, start = [], len(draft) + 1
+    for number, branch in enumerate(draft.branches):
+        rows.append((number, start))
+        start += len(branch.draft)
+    return rows
 
 
 def options_for_draft(options: SamplingOptions, draft: Draft, position: int) -> SamplingOptions:

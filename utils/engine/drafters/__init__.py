@@ -3,10 +3,9 @@
 import importlib
 import pkgutil
 
+from utils.engine.draft import Branch, Draft
 from utils.engine.drafters.base import (
     NONE,
-    Branch,
-    Draft,
     Drafter,
     DraftSetup,
     build_drafter,
