@@ -9,11 +9,28 @@ from typing import Any
 import pytest
 
 from utils.bench.agents import CALL, FILE_WRITE, FINAL, session_steps
-from utils.bench.ceiling import Bound, accepted_lengths, aggregate, cheapest, eager, report, standard_turns, whole
+from utils.bench.ceiling import (
+    Bound,
+    Tree,
+    accepted_lengths,
+    aggregate,
+    cheapest,
+    cheapest_tree,
+    eager,
+    node_prompts,
+    priced,
+    report,
+    served,
+    shapes,
+    standard_turns,
+    tree_accepted,
+    whole,
+)
 from utils.bench.overhead_measure import Row, Sample
 from utils.bench.report import PROJECT
 from utils.bench.runner import _history
 from utils.engine.drafters import NONE as STANDARD
+from utils.engine.drafters.base import Branch, Draft
 from utils.engine.drafters.lookup import PromptLookupDrafter
 
 BURSTS = {1: 1.5, 2: 2.0, 3: 2.5, 4: 3.0}  # in standard tokens
@@ -148,3 +165,126 @@ async def test_an_agent_session_is_asked_step_by_step_as_bench_asks_it() -> None
     runs = [{"conversation": "s", "turn": p["turn"], "said": p["said"], "text": answer, "repeat": 0,
              "engine": PROJECT, "drafter": STANDARD, "k": "0"} for p, _, answer in steps[:2]]
     assert server.rendered[-1][0] == _history({"runs": runs}, steps[2][0], 0, (PROJECT, STANDARD, "0"))
+
+
+# -- trees (issue 43) -------------------------------------------------------------------------------
+
+TREE = Draft(["a", "b", "c"], branches=[Branch(1, Draft(["x", "y"])), Branch(1, Draft(["z"]))])
+
+
+def test_a_tree_follows_the_main_chain_then_the_branch_that_is_right_where_it_is_wrong() -> None:
+    assert tree_accepted(TREE, ["a", "x", "y", "q"]) == (3, True)
+    assert tree_accepted(TREE, ["a", "x", "q"]) == (2, True)
+    assert tree_accepted(TREE, ["a", "z", "y"]) == (2, True)  # the other branch, one piece long
+    assert tree_accepted(TREE, ["a", "b", "c", "d"]) == (3, False)  # the main chain all right: no branch
+    assert tree_accepted(TREE, ["a", "b", "x"]) == (2, False)  # no branch parts at position 2
+    assert tree_accepted(TREE, ["q", "x"]) == (0, False)  # the branches part at 1, not at 0
+    assert tree_accepted(TREE, ["a"]) == (1, False)  # the answer ends
+
+
+class TreeDrafter:
+    """Proposes TREE wherever it is asked with a width, its main chain without."""
+
+    async def propose(self, context: str, k: int, options: Any, width: int = 1) -> Draft:
+        return (TREE if width > 1 else TREE.chain()).head(k)
+
+
+async def test_the_table_keeps_what_each_head_of_the_tree_gets_accepted_and_its_rows() -> None:
+    trees: list[list[Tree]] = []
+    table = await accepted_lengths(TreeDrafter(), "", ["a", "x", "y"], 3, width=3, trees=trees)  # type: ignore[arg-type]
+    assert table[0] == [1, 1, 1]  # the main chain: "a" only
+    # head(1): "a" alone (the branches part at 1); head(2): "a b" with "x" and "z" at 1 (4 pieces);
+    # head(3): "a b c" with "x y" and "z" (6 pieces), the path a x y all accepted.
+    assert trees[0] == [Tree(1, 1, 0, False), Tree(2, 4, 2, True), Tree(3, 6, 2, True)]
+    # Asked without a width, the same drafter gives the same chain table and no trees.
+    assert await accepted_lengths(TreeDrafter(), "", ["a", "x", "y"], 3) == table  # type: ignore[arg-type]
+
+
+# At 0 a tree of 2 + a branch of 1 (3 pieces) gets 2 accepted by its branch; the chain of 2 only 1.
+ACCEPTED = [[1, 1], [], [], [], []]
+TREES = [[Tree(1, 1, 0, False), Tree(2, 3, 1, True)], [], [], [], []]
+
+
+def test_a_branch_right_where_the_chain_is_wrong_makes_the_tree_schedule_cheaper_when_rows_cost_little() -> None:
+    # The chain: a draft of 1 (2 tokens for 1.5), then 3 standard: 4.5. The tree of 3 pieces costs 2.5
+    # and yields 3 tokens, then 2 standard: 4.5 too, so the chain stays; with rows at 0.25 it wins.
+    assert cheapest(ACCEPTED, 1.0, BURSTS) == (4.5, 1)
+    assert cheapest_tree(ACCEPTED, TREES, 1.0, BURSTS, priced(BURSTS)) == (4.5, 1, 0)
+    cheap = {1: 1.25, 2: 1.5, 3: 1.75, 4: 2.0}
+    assert cheapest_tree(ACCEPTED, TREES, 1.0, cheap, priced(cheap)) == (3.75, 1, 1)
+    assert cheapest(ACCEPTED, 1.0, cheap) == (4.25, 1)
+
+
+def test_with_costly_rows_the_chain_schedule_wins() -> None:
+    # As served the tree pays 1.0 more for its branch's own evaluation: the chain's schedule again.
+    cheap = {1: 1.25, 2: 1.5, 3: 1.75, 4: 2.0}
+    assert cheapest_tree(ACCEPTED, TREES, 1.0, cheap, priced(cheap, {1: 1.0})) == cheapest(ACCEPTED, 1.0, cheap) + (0,)
+
+
+def test_a_tree_is_priced_by_its_rows_and_as_served_by_its_branches_too() -> None:
+    price = priced(BURSTS, {1: 0.5, 2: 0.75})
+    assert priced(BURSTS)(Tree(2, 3, 1, True)) == 2.5
+    assert price(Tree(2, 3, 1, True)) == 3.0
+    assert price(Tree(2, 4, 2, True)) == 3.75
+    assert price(Tree(2, 4, 3, True)) == 3.0 + 0.375 * 3  # beyond the counts measured: 2 branches' share each
+    assert price(Tree(2, 5, 1, True)) is None  # a burst of 5 was not measured
+
+
+def test_a_trees_requests_are_its_main_chains_prefixes_then_each_branchs_after_its_stem() -> None:
+    assert node_prompts("p", TREE) == ["p", "pa", "pab", "pabc", "pax", "paxy", "paz"]
+
+
+def test_the_shapes_timed_as_served_are_a_middle_branch_of_1_2_or_4_or_width_minus_1_of_2() -> None:
+    tokens = [str(n) for n in range(20)]
+    trees = shapes(tokens, 8, 3)
+    assert [(len(t), [(b.at, len(b.draft)) for b in t.branches]) for t in trees if len(t) in (4, 8)] == [
+        (4, [(2, 1)]), (4, [(2, 2)]), (4, [(2, 2), (2, 2)]),  # a branch no deeper than the chain
+        (8, [(4, 1)]), (8, [(4, 2)]), (8, [(4, 4)]), (8, [(4, 2), (4, 2)])]
+    assert trees[-1].branches[0].draft.pieces == ["5", "6"]  # the answer's tokens from a little further on
+    assert shapes(tokens[:3], 8, 3) == []  # too short an answer for a chain of 4
+
+
+def test_what_a_tree_costs_as_served_above_a_chain_burst_of_its_rows() -> None:
+    trees = [Draft(["a", "b"], branches=[Branch(1, Draft(["x"]))]),
+             Draft(["a", "b", "c"], branches=[Branch(1, Draft(["x"])), Branch(1, Draft(["y"]))])]
+    rows = {"burst3": Row("", [Sample(30.0, 25.0)]), "burst5": Row("", [Sample(40.0, 35.0)]),
+            "tree0": Row("", [Sample(45.0, 38.0)]), "tree1": Row("", [Sample(60.0, 50.0)])}
+    wall, engine, lines = served(rows, trees)
+    assert (wall, engine) == ({1: 15.0, 2: 20.0}, {1: 13.0, 2: 15.0})
+    assert lines[-2:] == [
+        "  as served, a tree of 1 branch costs a chain burst of its rows +15.0 / +13.0 ms (median of 1 shapes)",
+        "  as served, a tree of 2 branches costs a chain burst of its rows +20.0 / +15.0 ms (median of 1 shapes)"]
+
+
+def test_width_1_reports_as_before_and_trees_beside_the_chain() -> None:
+    # Costs in ms: a standard token 10 / 10; bursts of 1..3 pieces 12, 14, 16; the tree shape timed as
+    # served (2 + a branch of 1) 26, 10 above a chain burst of its 3 rows.
+    rows = {"standard": Row("standard", [Sample(10.0, 10.0)])}
+    rows |= {f"burst{k}": Row(f"K={k}", [Sample(10.0 + 2 * k, 10.0 + 2 * k)]) for k in (1, 2, 3)}
+    rows["tree0"] = Row("tree", [Sample(26.0, 26.0)])
+    prompt = {"id": "c/1", "category": "edit", "conversation": "c"}
+    chain = report(rows, [(prompt, ["a"] * 5, ACCEPTED)], "m", "suffix", 2, 1, [], True)
+    timed = [Draft(["a", "b"], branches=[Branch(1, Draft(["x"]))])]
+    lines = report(rows, [(prompt, ["a"] * 5, ACCEPTED, TREES)], "m", "suffix", 2, 1, [], True, timed, 3).splitlines()
+    # Width 1 is today's report: its lines are the tree report's less the tree's.
+    assert [line for line in chain.splitlines() if "burst, K=3" not in line] == [
+        lines[0].replace(", trees of up to 2 branches", ""), *lines[1:4], lines[7][:66] + "  category",
+        lines[8][:66] + "  edit", lines[9], lines[10], lines[15], lines[16]]
+    # The chain: a draft of 1 (2 tokens for 12) then 3 standard: 50 for 42. The tree of 3 pieces for 16
+    # yields 3 tokens, then 2 standard: 36 (1.39x); as served 26 + 20 = 46 (1.09x): the chain's 1.19x.
+    assert lines[5:7] == [
+        "  tree K=2 + 1 at 1      26.0 /   26.0, a chain burst of its 3 rows    16.0 /   16.0:  +10.0 /  +10.0",
+        "  as served, a tree of 1 branch costs a chain burst of its rows +10.0 / +10.0 ms (median of 1 shapes)"]
+    assert lines[8] == ("c/1                       5      1       1.19x   1.19x       1.14x      1.39x   1.39x     1/1"
+                        "   1.19x   1.19x     0/1  edit")
+    assert lines[11:15] == [
+        "median, edit         tree, one evaluation: wall 1.39x, engine 1.39x (1 prompts), aggregate wall 1.39x",
+        "median, all          tree, one evaluation: wall 1.39x, engine 1.39x (1 prompts), aggregate wall 1.39x",
+        "median, edit         tree, as served: wall 1.19x, engine 1.19x (1 prompts), aggregate wall 1.19x",
+        "median, all          tree, as served: wall 1.19x, engine 1.19x (1 prompts), aggregate wall 1.19x"]
+    assert lines[-6:] == ["session c                    tree, one evaluation: aggregate wall 1.39x (1 turns)",
+                          "sessions, tree, one evaluation: median wall 1.39x, aggregate wall 1.39x (1 sessions)",
+                          "session c                    tree, as served: aggregate wall 1.19x (1 turns)",
+                          "sessions, tree, as served: median wall 1.19x, aggregate wall 1.19x (1 sessions)",
+                          "tree, one evaluation: 1 of 1 drafts went down a branch (100%)",
+                          "tree, as served: 0 of 1 drafts went down a branch (0%)"]

@@ -28,6 +28,22 @@ time over their summed schedule time (what the user waits for the session), with
 aggregate over the sessions.
 
     python cli.py bench-ceiling --prompts prompts/agents.jsonl --draft suffix --max-tokens 512
+
+With `--width N` (> 1) each proposal is asked for up to N - 1 branches (a tree, issue 43), and beside
+the chain's bound the report gives a tree schedule's: at each position a standard token, a chain of
+K, or the tree `draft.head(K)`, which greedy verification follows down the main chain and, at its
+first wrong piece, down a branch from there whose first piece is right. A tree of R pieces is R + 1
+one-token requests, priced two ways. "One evaluation": as a chain burst of R pieces, as if its rows
+shared the prefix's cache in one llama_decode (the optimistic price; chain bursts are measured up to
+the largest tree's rows, at most MAX_ROWS). "As served": the embedded server groups a burst's
+prompts that extend one another, so a branch's requests are evaluated apart (a llama_decode of their
+own, perhaps more where the pieces' lengths interleave the groups). Real tree bursts of a few shapes
+are timed on the server (main K = 4..8, at the middle one branch of 1, 2 or 4 pieces or N - 1 of 2),
+and a tree is charged the chain burst of its rows plus what trees with as many branches measured
+above their chain bursts (the median; beyond the counts measured, the most branches' share per
+branch). The report says how many of the tree schedule's drafts went down a branch.
+
+    python cli.py bench-ceiling --prompts prompts/conversations.jsonl --draft suffix --width 3
 """
 
 from __future__ import annotations
@@ -37,7 +53,7 @@ import asyncio
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -51,10 +67,12 @@ from utils.bench.stand_in import StandInError, ensure, stand_in
 from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
 from utils.engine.drafters import Drafter, DraftSetup, build_drafter, model_free_drafters
+from utils.engine.drafters.base import Branch, Draft
 from utils.sampling import GREEDY
 
 NUM_CTX = 4096
 PROMPTS = Path(__file__).resolve().parents[2] / "prompts" / "bench.jsonl"
+MAX_ROWS = 24  # the longest burst measured: a larger tree is not priced, so never scheduled
 
 
 class Bound(NamedTuple):
@@ -74,20 +92,65 @@ def aggregate(bounds: list[Bound]) -> float | None:
     return sum(b.standard_ms for b in bounds) / schedule if schedule else None
 
 
+class Tree(NamedTuple):
+    """The tree head(K) proposed at a position: the tokens it gets accepted, its pieces to verify, its
+    branches, and whether the accepted path went down one."""
+    accepted: int
+    rows: int
+    branches: int
+    branched: bool
+
+
+def schedule(choices: list[list[tuple[float, int, bool]]], standard: float) -> tuple[float, int, int]:
+    """The least time to produce an answer of len(choices) tokens, the drafts that take it, and how many
+    of those went down a branch. choices[i]: the drafts one may verify at position i, each (its cost,
+    the tokens it gets accepted, whether by a branch); standard: a standard token's time."""
+    n = len(choices)
+    best, drafts, branched = [0.0] * (n + 1), [0] * (n + 1), [0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        best[i], drafts[i], branched[i] = standard + best[i + 1], drafts[i + 1], branched[i + 1]
+        for cost, hits, branch in choices[i]:
+            after = min(n, i + hits + 1)  # the accepted pieces, then the target's own token
+            if cost + best[after] < best[i]:
+                best[i], drafts[i], branched[i] = cost + best[after], drafts[after] + 1, branched[after] + branch
+    return best[0], drafts[0], branched[0]
+
+
 def cheapest(accepted: list[list[int]], standard: float, burst: dict[int, float]) -> tuple[float, int]:
     """The least time to produce an answer of len(accepted) tokens, and the drafts that take it.
 
     accepted[i][k - 1]: tokens a draft of k pieces at position i gets accepted (only the K the
     drafter could fill there); standard: a standard token's time; burst[k]: verifying k pieces."""
-    n = len(accepted)
-    best, drafts = [0.0] * (n + 1), [0] * (n + 1)
-    for i in range(n - 1, -1, -1):
-        best[i], drafts[i] = standard + best[i + 1], drafts[i + 1]
-        for k, hits in enumerate(accepted[i], start=1):
-            after = min(n, i + hits + 1)  # the accepted pieces, then the target's own token
-            if burst[k] + best[after] < best[i]:
-                best[i], drafts[i] = burst[k] + best[after], drafts[after] + 1
-    return best[0], drafts[0]
+    return schedule(_chains(accepted, burst), standard)[:2]
+
+
+def cheapest_tree(accepted: list[list[int]], trees: list[list[Tree]], standard: float, burst: dict[int, float],
+                  price: Callable[[Tree], float | None]) -> tuple[float, int, int]:
+    """As `cheapest`, a tree head(K) too at each position (trees[i][k - 1], at `price`; None: not priced):
+    the least time, the drafts and those that went down a branch. A tree without branches is the chain."""
+    choices = _chains(accepted, burst)
+    for row, heads in zip(choices, trees):
+        row += [(cost, tree.accepted, tree.branched) for tree in heads
+                if tree.branches and (cost := price(tree)) is not None]
+    return schedule(choices, standard)
+
+
+def _chains(accepted: list[list[int]], burst: dict[int, float]) -> list[list[tuple[float, int, bool]]]:
+    return [[(burst[k], hits, False) for k, hits in enumerate(row, start=1)] for row in accepted]
+
+
+def priced(burst: dict[int, float], extra: dict[int, float] | None = None) -> Callable[[Tree], float | None]:
+    """A tree's price: a chain burst of its rows (one evaluation); with `extra`, plus what a tree of as
+    many branches was measured to cost above that as served (beyond the counts measured, the most
+    branches' share per branch)."""
+    def price(tree: Tree) -> float | None:
+        if tree.rows not in burst:
+            return None
+        if not extra:
+            return burst[tree.rows]
+        most = max(extra)
+        return burst[tree.rows] + extra.get(tree.branches, extra[most] / most * tree.branches)
+    return price
 
 
 def eager(accepted: list[list[int]], standard: float, burst: dict[int, float]) -> float:
@@ -103,20 +166,47 @@ def eager(accepted: list[list[int]], standard: float, burst: dict[int, float]) -
     return seconds
 
 
+def agreeing(pieces: list[str], truth: list[str]) -> int:
+    """How many of `pieces` agree with the tokens that really follow, from the first on."""
+    hits = 0
+    while hits < min(len(pieces), len(truth)) and pieces[hits] == truth[hits]:
+        hits += 1
+    return hits
+
+
+def tree_accepted(draft: Draft, truth: list[str]) -> tuple[int, bool]:
+    """What greedy verification accepts of a tree against the tokens that really follow, and whether by
+    a branch: the main chain while it agrees, then, at its first wrong piece, the branch from there
+    whose first piece is the right one, as far as it agrees."""
+    hits = agreeing(draft.pieces, truth)
+    if hits < min(len(draft), len(truth)):
+        for branch in draft.branches:
+            if branch.at == hits and branch.draft.pieces[:1] == truth[hits:hits + 1]:
+                return hits + agreeing(branch.draft.pieces, truth[hits:]), True
+    return hits, False
+
+
+def graded(draft: Draft, truth: list[str]) -> Tree:
+    accepted, branched = tree_accepted(draft, truth)
+    return Tree(accepted, draft.rows, len(draft.branches), branched)
+
+
 async def accepted_lengths(drafter: Drafter, prompt: str, tokens: list[str], k_max: int,
-                           drafting: list[float] | None = None) -> list[list[int]]:
+                           drafting: list[float] | None = None, width: int = 1,
+                           trees: list[list[Tree]] | None = None) -> list[list[int]]:
     """For each position of the answer, what the drafter's draft of 1..K pieces there would get accepted;
-    `drafting` gets the seconds per drafted piece of each proposal (a draft model's cost)."""
+    `drafting` gets the seconds per drafted piece (a branch's included) of each proposal (a draft
+    model's cost). Proposals are asked `width`; `trees` gets at each position what its head(K) gets."""
     table = []
     for i in range(len(tokens)):
         started = time.perf_counter()
-        draft = await drafter.propose(prompt + "".join(tokens[:i]), k_max, GREEDY)
+        draft = await drafter.propose(prompt + "".join(tokens[:i]), k_max, GREEDY, width)
         if drafting is not None and len(draft):
-            drafting.append((time.perf_counter() - started) / len(draft))
-        hits = 0
-        while hits < len(draft) and i + hits < len(tokens) and draft.pieces[hits] == tokens[i + hits]:
-            hits += 1
+            drafting.append((time.perf_counter() - started) / draft.rows)
+        hits = agreeing(draft.pieces, tokens[i:])
         table.append([min(hits, k) for k in range(1, len(draft) + 1)])
+        if trees is not None:
+            trees.append([graded(draft.head(k), tokens[i:]) for k in range(1, len(draft) + 1)])
     return table
 
 
@@ -125,13 +215,50 @@ async def standard_answer(server: OllamaClient, target: str, prompt: str, max_to
     return [token.text async for chunk in server.stream_raw(target, prompt, options) for token in chunk.tokens]
 
 
-async def measure_costs(bench: Bench, context: str, tokens: list[str], k_max: int, repeat: int) -> dict[str, Row]:
-    """A standard token and bursts of K = 1..k_max on `context`, interleaved round by round."""
+def shapes(tokens: list[str], k_max: int, width: int) -> list[Draft]:
+    """Trees to time as served, made of an answer's tokens: a main chain of K = k_max - 4..k_max with,
+    at its middle, one branch of 1, 2 or 4 pieces, or width - 1 branches of 2 (no deeper than the main
+    chain, as head(K) keeps them). A branch is the answer's tokens from a little further on: real
+    pieces, most unlike the main chain's at the branch."""
+    trees: list[Draft] = []
+    for k in range(max(1, k_max - 4), k_max + 1):
+        at = k // 2
+        for lengths in ([1], [2], [4], [2] * (width - 1)):
+            branches = [Branch(at, Draft(tokens[at + 1 + j:at + 1 + j + min(n, k - at)]))
+                        for j, n in enumerate(lengths)]
+            tree = Draft(tokens[:k], branches=branches)
+            whole = len(tree) == k and all(len(b.draft) for b in branches)  # not cut short by the answer's end
+            if whole and tree.rows <= MAX_ROWS and _shape(tree) not in map(_shape, trees):
+                trees.append(tree)
+    return trees
+
+
+def node_prompts(context: str, tree: Draft) -> list[str]:
+    """A tree's one-token requests: the context and each prefix of the main chain, then after the main
+    chain's pieces before each branch each prefix of that branch."""
+    prompts = [context + "".join(tree.pieces[:i]) for i in range(len(tree) + 1)]
+    for branch in tree.branches:
+        stem = context + "".join(tree.pieces[:branch.at])
+        prompts += [stem + "".join(branch.draft.pieces[:j]) for j in range(1, len(branch.draft) + 1)]
+    return prompts
+
+
+def _shape(tree: Draft) -> str:
+    return f"K={len(tree)} + {'+'.join(str(len(b.draft)) for b in tree.branches)} at {tree.branches[0].at}"
+
+
+async def measure_costs(bench: Bench, context: str, tokens: list[str], k_max: int, repeat: int,
+                        trees: list[Draft] | None = None) -> dict[str, Row]:
+    """A standard token, bursts of K = 1..k_max and the bursts of `trees` as served on `context`,
+    interleaved round by round."""
     rows = {"standard": Row("standard token")} | {f"burst{k}": Row(f"burst, K={k}") for k in range(1, k_max + 1)}
+    rows |= {f"tree{n}": Row(_shape(tree)) for n, tree in enumerate(trees or [])}
     for number in range(repeat + 1):  # the first round warms up and is not counted
         samples = {"standard": await bench.standard(context)}
         for k in range(1, k_max + 1):
             samples[f"burst{k}"] = await bench.burst([context + "".join(tokens[:i]) for i in range(k + 1)])
+        for n, tree in enumerate(trees or []):
+            samples[f"tree{n}"] = await bench.burst(node_prompts(context, tree))
         for key, sample in samples.items():
             if number:
                 rows[key].samples.append(sample)
@@ -166,7 +293,7 @@ async def standard_turns(server: OllamaClient, target: str, prompts: list[dict],
 
 
 async def measure(url: str, target: str, prompts: list[dict], drafters: list[str], k_max: int, repeat: int,
-                  max_tokens: int | None = None) -> str:
+                  max_tokens: int | None = None, width: int = 1) -> str:
     server = OllamaClient(url, timeout=600.0)
     bench = Bench(server, target, target)
     try:
@@ -181,78 +308,137 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
         answers: dict[str, list[tuple]] = {name: [] for name in drafters}
         drafting: dict[str, list[float]] = {name: [] for name in drafters}  # seconds per drafted piece
         longest: tuple[str, list[str]] = ("", [])
+        largest = k_max  # the most rows a chain or tree to price has: bursts are measured up to it
         async for prompt, text, tokens in standard_turns(server, target, prompts, max_tokens):
             for name, drafter in built.items():
-                answers[name].append((prompt, tokens, await accepted_lengths(drafter, text, tokens, k_max,
-                                                                             drafting[name])))
+                trees: list[list[Tree]] = []
+                accepted = await accepted_lengths(drafter, text, tokens, k_max, drafting[name], width, trees)
+                answers[name].append((prompt, tokens, accepted) + ((trees,) if width > 1 else ()))
+                largest = max([largest, *(tree.rows for heads in trees for tree in heads)])
                 drafter.finish(text, "".join(tokens))  # what the decoder does once an answer is complete
             longest = max(longest, (text, tokens), key=lambda pair: len(pair[1]))
-        rows = await measure_costs(bench, *longest, k_max, repeat)
+        timed = shapes(longest[1], k_max, width) if width > 1 else []
+        largest = max([largest, *(tree.rows for tree in timed)])
+        rows = await measure_costs(bench, *longest, min(largest, MAX_ROWS), repeat, timed)
     finally:
         await server.aclose()
-    return "\n\n".join(report(rows, answers[name], target, name, k_max, repeat, drafting[name], built[name].free)
-                       for name in drafters)
+    return "\n\n".join(report(rows, answers[name], target, name, k_max, repeat, drafting[name], built[name].free,
+                              timed, width) for name in drafters)
 
 
 def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str, k_max: int, repeat: int,
-           drafting: list[float], free: bool) -> str:
+           drafting: list[float], free: bool, timed: list[Draft] | None = None, width: int = 1) -> str:
     """A model-free drafter's proposals cost microseconds; a draft model's rounds are charged its median
-    seconds per drafted piece, K times, on top of the burst (wall and engine alike)."""
+    seconds per drafted piece, K (a tree: its rows) of them, on top of the burst (wall and engine alike).
+    An answer with a fourth element, its trees (`accepted_lengths`), gets the tree schedule's bounds
+    too, priced both ways, `timed` being the trees measured as served."""
     draft_ms = 0.0 if free or not drafting else statistics.median(drafting) * 1e3
     wall = {key: row.median().wall_ms + draft_ms * _k(key) for key, row in rows.items()}
     engine = {key: row.median().engine_ms + draft_ms * _k(key) for key, row in rows.items()}
-    lines = [f"{target}, {drafter}, a clairvoyant controller (K up to {k_max}); costs: medians of {repeat} "
+    measured = sorted(_k(key) for key in rows if key.startswith("burst"))
+    lines = [f"{target}, {drafter}, a clairvoyant controller (K up to {k_max}"
+             + (f", trees of up to {width - 1} branches" if width > 1 else "") + f"); costs: medians of {repeat} "
              "interleaved rounds, wall ms / engine ms (x a standard token's engine time)"
              + (f", drafting included: {draft_ms:.1f} ms a piece" if draft_ms else "")]
     lines.append(f"  standard token {wall['standard']:7.1f} / {engine['standard']:6.1f}")
-    for k in range(1, k_max + 1):
+    for k in measured:
         key = f"burst{k}"
         steps = engine[key] / engine["standard"]
         lines.append(f"  burst, K={k}     {wall[key]:7.1f} / {engine[key]:6.1f}  (x{steps:.2f})")
+    wall_extra, engine_extra, served_lines = served(rows, timed or [])
+    bursts = [{k: costs[f"burst{k}"] for k in measured} for costs in (wall, engine)]
+    prices = {"tree, one evaluation": [priced(burst) for burst in bursts],
+              "tree, as served": [priced(burst, extra) for burst, extra in zip(bursts, (wall_extra, engine_extra))]}
+    trees = width > 1 and any(len(answer) > 3 for answer in answers)
+    lines += served_lines
     lines.append(f"{'prompt':20} {'tokens':>6} {'drafts':>6} {'bound, wall':>11} {'engine':>7} {'eager, wall':>11}"
-                 "  category")
-    bounds: dict[str, list[Bound]] = {}
-    sessions: dict[str, list[Bound]] = {}  # a conversation's or agent session's turns, in order
-    for prompt, tokens, accepted in answers:
+                 + (f" {'tree 1-eval':>11} {'engine':>7} {'branch':>7} {'served':>7} {'engine':>7} {'branch':>7}"
+                    if trees else "") + "  category")
+    bounds: dict[str, dict[str, list[Bound]]] = {"": {}, **{title: {} for title in prices}}
+    sessions: dict[str, dict[str, list[Bound]]] = {title: {} for title in bounds}  # a session's turns, in order
+    rounds = {title: [0, 0] for title in prices}  # the tree schedules' drafts, and those down a branch
+    for prompt, tokens, accepted, *more in answers:
         figures, schedule, drafts = [], [], 0
-        for costs in (wall, engine):
-            bursts = {k: costs[f"burst{k}"] for k in range(1, k_max + 1)}
-            seconds, drafts = cheapest(accepted, costs["standard"], bursts)
+        for costs, burst in zip((wall, engine), bursts):
+            seconds, drafts = cheapest(accepted, costs["standard"], burst)
             figures.append(len(tokens) * costs["standard"] / seconds if seconds else 1.0)
             schedule.append(seconds)
-        bursts = {k: wall[f"burst{k}"] for k in range(1, k_max + 1)}
-        figures.append(len(tokens) * wall["standard"] / eager(accepted, wall["standard"], bursts) if tokens else 1.0)
-        bound = Bound(figures[0], figures[1], figures[2], len(tokens) * wall["standard"], schedule[0])
-        bounds.setdefault(prompt["category"], []).append(bound)
-        if "conversation" in prompt:
-            sessions.setdefault(prompt["conversation"], []).append(bound)
+        figures.append(len(tokens) * wall["standard"] / eager(accepted, wall["standard"], bursts[0]) if tokens else 1.0)
+        standard_ms = len(tokens) * wall["standard"]
+        found = {"": Bound(figures[0], figures[1], figures[2], standard_ms, schedule[0])}
+        columns = ""
+        for title, price in prices.items() if trees else ():
+            (wall_s, tree_drafts, branched), (engine_s, _, _) = (
+                cheapest_tree(accepted, more[0], costs["standard"], burst, by)
+                for costs, burst, by in zip((wall, engine), bursts, price))
+            found[title] = Bound(standard_ms / wall_s if wall_s else 1.0,
+                                 len(tokens) * engine["standard"] / engine_s if engine_s else 1.0,
+                                 figures[2], standard_ms, wall_s)
+            rounds[title][0] += tree_drafts
+            rounds[title][1] += branched
+            columns += f" {found[title].wall:6.2f}x {found[title].engine:6.2f}x {f'{branched}/{tree_drafts}':>7}"
+        for title, bound in found.items():
+            bounds[title].setdefault(prompt["category"], []).append(bound)
+            if "conversation" in prompt:
+                sessions[title].setdefault(prompt["conversation"], []).append(bound)
         lines.append(f"{prompt['id']:20} {len(tokens):6d} {drafts:6d} {figures[0]:10.2f}x {figures[1]:6.2f}x "
-                     f"{figures[2]:10.2f}x  {prompt['category']}")
-    return "\n".join(lines + summary(bounds) + whole(sessions))
+                     f"{figures[2]:10.2f}x" + (f"    {columns[1:]}" if columns else "") + f"  {prompt['category']}")
+    titles = list(bounds) if trees else [""]
+    lines += [line for title in titles for line in summary(bounds[title], title)]
+    lines += [line for title in titles for line in whole(sessions[title], title)]
+    for title in titles[1:]:
+        drafts, branched = rounds[title]
+        lines.append(f"{title}: {branched} of {drafts} drafts went down a branch"
+                     + (f" ({branched / drafts:.0%})" if drafts else ""))
+    return "\n".join(lines)
 
 
-def summary(bounds: dict[str, list[Bound]]) -> list[str]:
-    """Per category (an agent step's: its answer's kind) and over all: the medians and the aggregate wall."""
+def served(rows: dict[str, Row], timed: list[Draft]) -> tuple[dict[int, float], dict[int, float], list[str]]:
+    """What the trees measured as served cost above a chain burst of as many rows, wall and engine ms by
+    their number of branches (the median over their shapes), and the lines that report it."""
+    lines: list[str] = []
+    above: dict[int, list[tuple[float, float]]] = {}
+    for n, tree in enumerate(timed):
+        sample, chain = rows[f"tree{n}"].median(), rows[f"burst{tree.rows}"].median()
+        above.setdefault(len(tree.branches), []).append((sample.wall_ms - chain.wall_ms,
+                                                         sample.engine_ms - chain.engine_ms))
+        lines.append(f"  tree {_shape(tree):14} {sample.wall_ms:7.1f} / {sample.engine_ms:6.1f}, a chain burst of "
+                     f"its {tree.rows} rows {chain.wall_ms:7.1f} / {chain.engine_ms:6.1f}: "
+                     f"{sample.wall_ms - chain.wall_ms:+6.1f} / {sample.engine_ms - chain.engine_ms:+6.1f}")
+    wall_extra = {b: statistics.median(w for w, _ in pairs) for b, pairs in sorted(above.items())}
+    engine_extra = {b: statistics.median(e for _, e in pairs) for b, pairs in sorted(above.items())}
+    lines += [f"  as served, a tree of {b} branch{'es' if b > 1 else ''} costs a chain burst of its rows "
+              f"{wall_extra[b]:+.1f} / {engine_extra[b]:+.1f} ms (median of {len(above[b])} shapes)" for b in above]
+    return wall_extra, engine_extra, lines
+
+
+def summary(bounds: dict[str, list[Bound]], title: str = "") -> list[str]:
+    """Per category (an agent step's: its answer's kind) and over all: the medians and the aggregate wall;
+    with a `title` (a tree schedule's), without the eager rule's."""
     lines = []
     for category, values in {**bounds, "all": [b for group in bounds.values() for b in group]}.items():
         wall_x, engine_x, eager_x = (statistics.median(b[i] for b in values) for i in range(3))
         total = aggregate(values)
-        lines.append(f"median, {category:12} wall {wall_x:.2f}x, engine {engine_x:.2f}x, eager {eager_x:.2f}x "
-                     f"({len(values)} prompts)" + (f", aggregate wall {total:.2f}x" if total else ""))
+        figures = (f"{title}: wall {wall_x:.2f}x, engine {engine_x:.2f}x" if title
+                   else f"wall {wall_x:.2f}x, engine {engine_x:.2f}x, eager {eager_x:.2f}x")
+        lines.append(f"median, {category:12} {figures} ({len(values)} prompts)"
+                     + (f", aggregate wall {total:.2f}x" if total else ""))
     return lines
 
 
-def whole(sessions: dict[str, list[Bound]]) -> list[str]:
+def whole(sessions: dict[str, list[Bound]], title: str = "") -> list[str]:
     """Each session whole, its turns' summed times (what the user waits for it), then the median over the
     sessions and the aggregate of all their turns."""
     speedups = {name: x for name, turns in sessions.items() if (x := aggregate(turns))}
     if not speedups:
         return []
-    lines = [f"session {name:20} aggregate wall {x:.2f}x ({len(sessions[name])} turns)"
+    named = f"{title}: " if title else ""
+    lines = [f"session {name:20} {named}aggregate wall {x:.2f}x ({len(sessions[name])} turns)"
              for name, x in speedups.items()]
     total = aggregate([b for name in speedups for b in sessions[name]])
-    return lines + [f"sessions: median wall {statistics.median(speedups.values()):.2f}x, aggregate wall "
-                    f"{total:.2f}x ({len(speedups)} sessions)"]
+    median = statistics.median(speedups.values())
+    return lines + [f"sessions{', ' + title if title else ''}: median wall {median:.2f}x, "
+                    f"aggregate wall {total:.2f}x ({len(speedups)} sessions)"]
 
 
 def _k(key: str) -> int:
@@ -272,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=6, help="the first N prompts of each category")
     parser.add_argument("--k-max", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--width", type=int, default=1,
+                        help="ask proposals for up to N - 1 branches and bound a tree schedule too (default 1: chains)")
     parser.add_argument("--host", default=None, help="an Ollama server (default: start the embedded server)")
     args = parser.parse_args(argv)
     categories = args.category or (["edit", "summarize"] if args.prompts == PROMPTS else None)
@@ -289,7 +477,8 @@ def main(argv: list[str] | None = None) -> int:
             except StandInError as error:
                 print(f"error: {error.message}", file=sys.stderr)
                 return 1
-        print(asyncio.run(measure(url, args.target, prompts, drafters, args.k_max, args.repeat, args.max_tokens)))
+        print(asyncio.run(measure(url, args.target, prompts, drafters, args.k_max, args.repeat, args.max_tokens,
+                                  args.width)))
     return 0
 
 
