@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from utils.embedded.runtime.cache import Prefix, TokenCache
 from utils.embedded.runtime.jobs import Job
-from utils.embedded.runtime.slots import Slot, idle_slot, tokenize_group
+from utils.embedded.runtime.slots import Slot, idle_slot, nested_groups, tokenize_group
 from utils.sampling import SamplingOptions
 
 SYSTEM = b"<|system|>You are a helpful assistant.<|end|>"
@@ -71,3 +71,25 @@ def test_a_nested_group_s_prompts_are_prefixes_of_one_token_list_that_no_later_p
     assert jobs[0].tokens[1:] == [1, 2, 3] and jobs[0].tokens[-2] == 2 and jobs[0].tokens[-1] == 3
     assert jobs[4].tokens == [0, 1, 2, 3, 4, 5, 6]
     assert isinstance(jobs[0].tokens, Prefix) and jobs[0].tokens.items is jobs[4].tokens.items  # shared, not copied
+
+
+def one_token(prompt: bytes, num_predict: int = 1) -> Job:
+    return Job(prompt, SamplingOptions(), num_predict, None, lambda token: None, lambda done: None)
+
+
+def prompts(groups: list[list[Job]]) -> list[list[bytes]]:
+    return [[job.prompt for job in group] for group in groups]
+
+
+def test_a_chain_is_one_group_and_a_tree_its_main_chain_then_each_branch() -> None:
+    """Pieces of any length: the main chain's prompts are not broken up by a branch's shorter ones."""
+    chain = [b"c", b"cA", b"cABBB", b"cABBBC"]
+    assert prompts(nested_groups([one_token(p) for p in reversed(chain)])) == [chain]
+    # A tree (validator.node_prompts): main A BBB C, a branch X Y at position 1 and a branch Z at 0.
+    tree = [*chain, b"cAX", b"cAXY", b"cZ"]
+    assert prompts(nested_groups([one_token(p) for p in tree])) == [chain, [b"cZ"], [b"cAX", b"cAXY"]]
+
+
+def test_requests_that_are_not_one_token_never_join_a_group() -> None:
+    standard, burst = one_token(b"cA and more", num_predict=64), [one_token(b"c"), one_token(b"cA")]
+    assert prompts(nested_groups([standard, *burst])) == [[b"c", b"cA"], [b"cA and more"]]

@@ -41,17 +41,37 @@ class Answer:
 
 
 def nested_groups(burst: list[Job]) -> list[list[Job]]:
-    """The burst shortest prompt first, with one-token prompts that extend one another chained."""
+    """The burst as chains of one-token prompts that extend one another, each chain one group (one
+    evaluation in one slot). A validator's chain is one group. A tree's node prompts (validator.py
+    `node_prompts`) are its deepest path, the main chain, first, then each branch as a group of its
+    own: the embedded server keeps one KV stream per slot, so a branch's rows cannot share the trunk
+    with the main chain's in one decode; evaluated after it in the same slot, a branch costs a decode
+    of its own rows. Each prompt hangs under the longest prompt of the burst it extends; where two
+    paths are as deep, the one asked first is the main chain (node_prompts asks it first)."""
+    order = {id(job): index for index, job in enumerate(burst)}  # a tie goes to the earlier: the main chain
+    jobs = sorted(burst, key=lambda j: len(j.prompt))
+    children: list[list[int]] = [[] for _ in jobs]
+    roots: list[int] = []
+    for index, job in enumerate(jobs):
+        parent = next((earlier for earlier in range(index - 1, -1, -1) if job.num_predict == 1
+                       and jobs[earlier].num_predict == 1 and job.prompt.startswith(jobs[earlier].prompt)), None)
+        (roots if parent is None else children[parent]).append(index)
+    depth = [1] * len(jobs)  # jobs on the deepest path down from each
+    for index in reversed(range(len(jobs))):
+        depth[index] += max((depth[child] for child in children[index]), default=0)
     groups: list[list[Job]] = []
-    for job in sorted(burst, key=lambda j: len(j.prompt)):
-        last = groups[-1][-1] if groups else None
-        if (last is not None and job.num_predict == 1 and last.num_predict == 1
-                and job.prompt.startswith(last.prompt)):
-            groups[-1].append(job)
-        else:
-            groups.append([job])
+    starts = list(roots)
+    while starts:
+        group, node = [], starts.pop(0)
+        while True:  # down the deepest child; the others start groups of their own, after this one
+            group.append(jobs[node])
+            if not children[node]:
+                break
+            deepest = max(children[node], key=lambda child: (depth[child], -order[id(jobs[child])]))
+            starts += [child for child in children[node] if child != deepest]
+            node = deepest
+        groups.append(group)
     return groups
-
 
 
 def idle_slot(slots: list[Slot], prompt: bytes) -> Slot | None:
