@@ -60,14 +60,15 @@ from typing import Any, NamedTuple
 
 from config import get_settings
 from utils.bench.agents import STEP, step_kind
-from utils.bench.overhead_measure import Bench, Row
+from utils.bench.overhead_measure import Bench, Row, Sample, engine_ms
 from utils.bench.reasoning import split, tags_of, thinks
 from utils.bench.runner import BenchConfig, load_prompts
 from utils.bench.stand_in import StandInError, ensure, stand_in
 from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
+from utils.engine.draft import Branch, Draft
 from utils.engine.drafters import Drafter, DraftSetup, build_drafter, model_free_drafters
-from utils.engine.drafters.base import Branch, Draft
+from utils.engine.validator import node_prompts
 from utils.sampling import GREEDY
 
 NUM_CTX = 4096
@@ -233,14 +234,18 @@ def shapes(tokens: list[str], k_max: int, width: int) -> list[Draft]:
     return trees
 
 
-def node_prompts(context: str, tree: Draft) -> list[str]:
-    """A tree's one-token requests: the context and each prefix of the main chain, then after the main
-    chain's pieces before each branch each prefix of that branch."""
-    prompts = [context + "".join(tree.pieces[:i]) for i in range(len(tree) + 1)]
-    for branch in tree.branches:
-        stem = context + "".join(tree.pieces[:branch.at])
-        prompts += [stem + "".join(branch.draft.pieces[:j]) for j in range(1, len(branch.draft) + 1)]
-    return prompts
+async def tree_burst(bench: Bench, tree: Draft, context: str) -> Sample:
+    """A tree's burst as the validator sends it (its node prompts). The server evaluates its branches
+    apart, each answer reporting its own evaluation's engine time: the engine time is the sum over the
+    evaluations (Bench.burst's, the largest, would be the main chain's alone)."""
+    started = time.perf_counter()
+    prompts = node_prompts(context, tree)
+    steps = await bench.server.next_tokens(bench.target, prompts, [bench.options()] * len(prompts))
+    wall = (time.perf_counter() - started) * 1000
+    evaluations: dict[float | None, float] = {}  # answers of one evaluation report its prompt evaluation time
+    for step in steps:
+        evaluations[step.prompt_eval_s] = max(evaluations.get(step.prompt_eval_s, 0.0), engine_ms(step.engine_s))
+    return Sample(wall, sum(evaluations.values()), len(evaluations))
 
 
 def _shape(tree: Draft) -> str:
@@ -258,7 +263,7 @@ async def measure_costs(bench: Bench, context: str, tokens: list[str], k_max: in
         for k in range(1, k_max + 1):
             samples[f"burst{k}"] = await bench.burst([context + "".join(tokens[:i]) for i in range(k + 1)])
         for n, tree in enumerate(trees or []):
-            samples[f"tree{n}"] = await bench.burst(node_prompts(context, tree))
+            samples[f"tree{n}"] = await tree_burst(bench, tree, context)
         for key, sample in samples.items():
             if number:
                 rows[key].samples.append(sample)
