@@ -282,9 +282,10 @@ def test_width_1_reports_as_before_and_trees_beside_the_chain() -> None:
         "median, all          tree, one evaluation: wall 1.39x, engine 1.39x (1 prompts), aggregate wall 1.39x",
         "median, edit         tree, as served: wall 1.19x, engine 1.19x (1 prompts), aggregate wall 1.19x",
         "median, all          tree, as served: wall 1.19x, engine 1.19x (1 prompts), aggregate wall 1.19x"]
-    assert lines[-6:] == ["session c                    tree, one evaluation: aggregate wall 1.39x (1 turns)",
+    assert lines[-7:] == ["session c                    tree, one evaluation: aggregate wall 1.39x (1 turns)",
                           "sessions, tree, one evaluation: median wall 1.39x, aggregate wall 1.39x (1 sessions)",
                           "session c                    tree, as served: aggregate wall 1.19x (1 turns)",
                           "sessions, tree, as served: median wall 1.19x, aggregate wall 1.19x (1 sessions)",
+                          "proposals: a branch at 1 of 5 positions, the target's path down one at 1",
                           "tree, one evaluation: 1 of 1 drafts went down a branch (100%)",
                           "tree, as served: 0 of 1 drafts went down a branch (0%)"]

@@ -362,6 +362,7 @@ def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str
     bounds: dict[str, dict[str, list[Bound]]] = {"": {}, **{title: {} for title in prices}}
     sessions: dict[str, dict[str, list[Bound]]] = {title: {} for title in bounds}  # a session's turns, in order
     rounds = {title: [0, 0] for title in prices}  # the tree schedules' drafts, and those down a branch
+    proposed = [0, 0, 0]  # positions; with a branch proposed; where a branch was right (the whole proposal's)
     for prompt, tokens, accepted, *more in answers:
         figures, schedule, drafts = [], [], 0
         for costs, burst in zip((wall, engine), bursts):
@@ -372,6 +373,11 @@ def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str
         standard_ms = len(tokens) * wall["standard"]
         found = {"": Bound(figures[0], figures[1], figures[2], standard_ms, schedule[0])}
         columns = ""
+        if trees:
+            whole_proposals = [heads[-1] for heads in more[0] if heads]
+            proposed[0] += len(tokens)
+            proposed[1] += sum(1 for tree in whole_proposals if tree.branches)
+            proposed[2] += sum(tree.branched for tree in whole_proposals)
         for title, price in prices.items() if trees else ():
             (wall_s, tree_drafts, branched), (engine_s, _, _) = (
                 cheapest_tree(accepted, more[0], costs["standard"], burst, by)
@@ -391,6 +397,9 @@ def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str
     titles = list(bounds) if trees else [""]
     lines += [line for title in titles for line in summary(bounds[title], title)]
     lines += [line for title in titles for line in whole(sessions[title], title)]
+    if trees:
+        lines.append(f"proposals: a branch at {proposed[1]} of {proposed[0]} positions, the target's path down one "
+                     f"at {proposed[2]}")
     for title in titles[1:]:
         drafts, branched = rounds[title]
         lines.append(f"{title}: {branched} of {drafts} drafts went down a branch"
