@@ -34,5 +34,5 @@ class EngineMemory:
         full_key = (*key, k_max, fixed_k, tree_width)
         if full_key not in self.controllers:
             controller = self.controllers[full_key] = new_controller(k_max, fixed_k, free)
-            controller.trees = tree_policy(tree_width)
+            controller.trees = tree_policy(tree_width, fixed=fixed_k is not None)
         return self.controllers[full_key]

@@ -10,6 +10,7 @@ vLLM's `DraftLengthPolicy` pattern has it, with a do-nothing default:
   2-core CPU every row costs about a quarter to a third of a standard token, and the embedded server
   evaluates a branch's rows in a decode of their own (its KV cache keeps one stream per slot, so rows
   cannot share the prefix across sequences): docs/performance.md has what trees measured there.
+- `Trees(width)`: every branch, as a fixed K verifies every piece (`--k`, the tests).
 - `MeasuredTrees(width)`: keeps a branch where what it is expected to add beats what its rows cost.
   Expected: the main chain reaches the branch's position (the calibrated survival of the pieces
   before it) and misses there, the target then takes the branch (learned: of the branches whose
@@ -53,11 +54,22 @@ class Chains:
         """A verified draft (`branch`: the branch followed, if any); a chain policy learns nothing."""
 
 
-class MeasuredTrees(Chains):
-    """Up to width - 1 branches a round, each kept where it is measured to pay (module docstring)."""
+class Trees(Chains):
+    """Every branch the drafter gives, up to width - 1: what a fixed K does (verified whole, whatever
+    it costs), and how the tests have trees verified on every round."""
 
     def __init__(self, width: int):
         self.width = width
+
+    def shape(self, draft: Draft, controller: DraftLengthController, trust: float = 1.0) -> Draft:
+        return draft
+
+
+class MeasuredTrees(Trees):
+    """Up to width - 1 branches a round, each kept where it is measured to pay (module docstring)."""
+
+    def __init__(self, width: int):
+        super().__init__(width)
         self.missed = 0  # branches whose position the main chain reached and missed
         self.taken = 0  # of those, the ones the target took
         self.extra_seconds: float | None = None  # what a branch costs beyond its rows as a chain's
@@ -106,6 +118,9 @@ class MeasuredTrees(Chains):
             self.extra_seconds = blend(self.extra_seconds, extra)
 
 
-def tree_policy(width: int) -> Chains:
-    """The policy for `SPEC_TREE_WIDTH`: chains at 1, measured trees above."""
-    return Chains() if width <= 1 else MeasuredTrees(width)
+def tree_policy(width: int, fixed: bool = False) -> Chains:
+    """The policy for `SPEC_TREE_WIDTH`: chains at 1; above, measured trees, or every branch with a
+    fixed K (`fixed`)."""
+    if width <= 1:
+        return Chains()
+    return Trees(width) if fixed else MeasuredTrees(width)

@@ -46,15 +46,20 @@ def nested_groups(burst: list[Job]) -> list[list[Job]]:
     `node_prompts`) are its deepest path, the main chain, first, then each branch as a group of its
     own: the embedded server keeps one KV stream per slot, so a branch's rows cannot share the trunk
     with the main chain's in one decode; evaluated after it in the same slot, a branch costs a decode
-    of its own rows. Each prompt hangs under the longest prompt of the burst it extends; where two
-    paths are as deep, the one asked first is the main chain (node_prompts asks it first)."""
+    of its own rows. Each prompt hangs under the longest prompt it extends that was asked before it
+    (else any it extends); where two paths are as deep, the one asked first is the main chain
+    (node_prompts asks it first, then each branch in order)."""
     order = {id(job): index for index, job in enumerate(burst)}  # a tie goes to the earlier: the main chain
     jobs = sorted(burst, key=lambda j: len(j.prompt))
     children: list[list[int]] = [[] for _ in jobs]
     roots: list[int] = []
     for index, job in enumerate(jobs):
-        parent = next((earlier for earlier in range(index - 1, -1, -1) if job.num_predict == 1
-                       and jobs[earlier].num_predict == 1 and job.prompt.startswith(jobs[earlier].prompt)), None)
+        prefixes = [earlier for earlier in range(index) if job.num_predict == 1 and jobs[earlier].num_predict == 1
+                    and job.prompt.startswith(jobs[earlier].prompt)]
+        # Asked before it first: a branch's piece can begin the main chain's ("`" beside "`,"), and the
+        # main chain's node must not hang under it (its piece would be tokenized as "`" then ",").
+        asked_before = [earlier for earlier in prefixes if order[id(jobs[earlier])] < order[id(job)]]
+        parent = max(asked_before or prefixes, key=lambda earlier: len(jobs[earlier].prompt), default=None)
         (roots if parent is None else children[parent]).append(index)
     depth = [1] * len(jobs)  # jobs on the deepest path down from each
     for index in reversed(range(len(jobs))):
@@ -63,7 +68,9 @@ def nested_groups(burst: list[Job]) -> list[list[Job]]:
     starts = list(roots)
     while starts:
         group, node = [], starts.pop(0)
+        branch = node not in roots
         while True:  # down the deepest child; the others start groups of their own, after this one
+            jobs[node].branch = branch
             group.append(jobs[node])
             if not children[node]:
                 break
@@ -74,13 +81,14 @@ def nested_groups(burst: list[Job]) -> list[list[Job]]:
     return groups
 
 
-def idle_slot(slots: list[Slot], prompt: bytes) -> Slot | None:
+def idle_slot(slots: list[Slot], prompt: bytes, avoid: Slot | None = None) -> Slot | None:
     """The idle slot whose cached text the prompt continues furthest, where that is at least half of
     the cached text (a conversation's next turn) or of the prompt (as llama-server's
     `--slot-prompt-similarity` 0.5: a question asked again, whose cached text is mostly its earlier
     answer); else the idle slot used longest ago. A prompt that shares less than half of itself, a
-    system prompt say, with a long conversation goes elsewhere, so that conversation's cache stays."""
-    idle = [slot for slot in slots if slot.answer is None]
+    system prompt say, with a long conversation goes elsewhere, so that conversation's cache stays.
+    `avoid`: a slot not to use (a tree branch's: not its main chain's)."""
+    idle = [slot for slot in slots if slot.answer is None and slot is not avoid]
     if not idle:
         return None
     shared = {slot.seq: common_bytes(prompt, slot.cache.text) for slot in idle}
