@@ -18,7 +18,12 @@ def draft_length(text: str) -> int:
 
 def bench_k(text: str) -> str:
     """`bench --k`: 'auto' (the controller's choice), 'auto:N' (the controller's choice up to N instead
-    of SPEC_K_MAX), or a fixed draft length."""
+    of SPEC_K_MAX), 'tree:W' (the controller's choice, with trees of up to W continuations where they
+    pay: SPEC_TREE_WIDTH), or a fixed draft length."""
+    if text.startswith("tree:"):
+        if not text[5:].isdigit() or not 2 <= int(text[5:]) <= 4:
+            raise argparse.ArgumentTypeError("tree:W needs W from 2 to 4")
+        return text
     if text.startswith("auto:"):
         ceiling = draft_length(text[5:])
         if ceiling == 0:

@@ -213,10 +213,12 @@ def test_bench_k_reads_auto_a_ceiling_or_a_fixed_k_and_llama_server_gets_only_it
     from utils.arguments import bench_k
     from utils.bench.runner import BenchConfig
 
-    assert [bench_k(text) for text in ("auto", "auto:16", "4")] == ["auto", "auto:16", "4"]
-    for wrong in ("auto:0", "auto:17", "auto:x", "17"):
+    assert [bench_k(text) for text in ("auto", "auto:16", "4", "tree:3")] == ["auto", "auto:16", "4", "tree:3"]
+    for wrong in ("auto:0", "auto:17", "auto:x", "17", "tree:1", "tree:5", "tree:x"):
         with pytest.raises(argparse.ArgumentTypeError):
             bench_k(wrong)
-    config = BenchConfig(prompts_file=Path("p"), target="t", drafters=["suffix"], ks=["auto", "auto:16"], native=True)
+    config = BenchConfig(prompts_file=Path("p"), target="t", drafters=["suffix"], ks=["auto", "auto:16", "tree:3"],
+                         native=True)
     assert config.configurations() == [(PROJECT, "none", "0"), (PROJECT, "suffix", "auto"), (PROJECT, "suffix",
-                                       "auto:16"), (NATIVE, "none", "0"), (NATIVE, "suffix", "auto")]
+                                       "auto:16"), (PROJECT, "suffix", "tree:3"), (NATIVE, "none", "0"),
+                                       (NATIVE, "suffix", "auto")]

@@ -80,9 +80,10 @@ class BenchConfig:
         """(engine, drafter, k) triples, each engine's standard first."""
         speculative = [(d, k) for d in self.drafters if d != STANDARD for k in self.ks]
         configurations = [(PROJECT, STANDARD, "0")] + [(PROJECT, d, k) for d, k in speculative]
-        if self.native:  # K = 0 would be llama-server's plain decoding again; auto:N is the project's
+        # K = 0 would be llama-server's plain decoding again; auto:N and tree:W are the project's
+        if self.native:
             configurations += [(NATIVE, STANDARD, "0")] + [(NATIVE, d, k) for d, k in speculative
-                                                          if k != "0" and not k.startswith("auto:")]
+                                                          if k != "0" and not k.startswith(("auto:", "tree:"))]
         return configurations
 
 
@@ -265,19 +266,22 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
         stand_in_file = await asyncio.to_thread(ensure, target.url, config.target, settings.data_dir,
                                                 settings.models_dir)
     tags = await tags_of(target, config.target, prompts)  # how the server splits its reasoning, if it does
-    decoders: dict[tuple[str, int], SpeculativeDecoder] = {}  # by (drafter, the controller's longest K)
+    decoders: dict[tuple[str, int, int], SpeculativeDecoder] = {}  # by (drafter, the longest K, tree width)
 
     def ceiling(k: str) -> int:  # `auto:N`: the controller chooses up to N
         return int(k[5:]) if k.startswith("auto:") else settings.engine.k_max
+
+    def width(k: str) -> int:  # `tree:W`: the controller's choice, trees of up to W continuations
+        return int(k[5:]) if k.startswith("tree:") else settings.engine.tree_width
     anchors: dict[tuple[str, str], NativeServer] = {}
     raw_prompts: dict[str, str] = {}
     try:
         for engine, drafter, k in config.configurations():  # load every model before anything is timed
-            if engine == PROJECT and (drafter, ceiling(k)) not in decoders:
+            if engine == PROJECT and (drafter, ceiling(k), width(k)) not in decoders:
                 # Each configuration learns from its own answers only: a memory of its own.
-                decoder = await build_decoder(settings.engine.replace(k_max=ceiling(k)), target, config.target,
-                                              drafter, memory=EngineMemory())
-                decoders[drafter, ceiling(k)] = decoder
+                decoder = await build_decoder(settings.engine.replace(k_max=ceiling(k), tree_width=width(k)), target,
+                                              config.target, drafter, memory=EngineMemory())
+                decoders[drafter, ceiling(k), width(k)] = decoder
                 await collect(decoder, GenerationRequest(prompt="Hello", max_tokens=4, k=2))
         if config.native:
             raw_prompts = await _raw_prompts(target, config, settings, prompts)
@@ -301,8 +305,8 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                 if engine == PROJECT:
                     request = _request(config, prompt, messages,
                                        SamplingOptions(temperature=config.temperature, seed=repeat).to_ollama(),
-                                       k=None if k.startswith("auto") else int(k))
-                    result = await timed_answer(decoders[drafter, ceiling(k)], request)
+                                       k=None if k.startswith(("auto", "tree")) else int(k))
+                    result = await timed_answer(decoders[drafter, ceiling(k), width(k)], request)
                 else:
                     raw = (await target.render_chat(config.target, messages, settings.engine.context_options(),
                                                     prompt.get("think"), prompt.get("tools"))
@@ -319,7 +323,7 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
                                      **turn, **{key: result[key] for key in ("llama_timings", "phases", "thinking")
                                                  if result.get(key)}})
                 _save(results_path, data)
-            standard = decoders.get((STANDARD, settings.engine.k_max))
+            standard = decoders.get((STANDARD, settings.engine.k_max, settings.engine.tree_width))
             if config.temperature == 0 and standard is not None and "self_consistency" not in data:
                 data["self_consistency"] = await _self_consistency(standard, config, prompts, data)
                 _save(results_path, data)
