@@ -222,3 +222,16 @@ def test_bench_k_reads_auto_a_ceiling_or_a_fixed_k_and_llama_server_gets_only_it
     assert config.configurations() == [(PROJECT, "none", "0"), (PROJECT, "suffix", "auto"), (PROJECT, "suffix",
                                        "auto:16"), (PROJECT, "suffix", "tree:3"), (NATIVE, "none", "0"),
                                        (NATIVE, "suffix", "auto")]
+
+
+def test_a_configuration_with_trees_reports_how_many_verifications_were_trees_and_what_branches_gave() -> None:
+    from utils.bench.report import trees_markdown
+
+    rows = [{"category": "all", "drafter": "suffix", "k": "auto", "verifications": 40, "tree_rounds": 0,
+             "branch_tokens": 0},
+            {"category": "all", "drafter": "suffix", "k": "tree:3", "verifications": 38, "tree_rounds": 5,
+             "branch_tokens": 2},
+            {"category": "edit", "drafter": "suffix", "k": "tree:3", "verifications": 20, "tree_rounds": 5,
+             "branch_tokens": 2}]
+    assert trees_markdown(rows)[2:4] == ["|---|---|---|---|---|", "| suffix | tree:3 | 38 | 5 | 2 |"]
+    assert trees_markdown(rows[:1]) == []

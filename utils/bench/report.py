@@ -130,6 +130,7 @@ def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
                                       for r in runs) / len(runs),
                 "bound": bound, "of_bound": speedup / bound if bound and bound == bound else float("nan"),
                 "mean_k": statistics.fmean(total.k_history or [0]),
+                "verifications": total.drafts, "tree_rounds": total.tree_rounds, "branch_tokens": total.branch_tokens,
             })
     return rows
 
@@ -252,6 +253,18 @@ def _speedup_cell(row: dict[str, Any]) -> str:
     return f"{row['speedup']:.2f}x ({spread})" if measured(row) else f"- ({verdict(row)}: {spread})"
 
 
+def trees_markdown(rows: list[dict[str, Any]]) -> list[str]:
+    """How often a configuration with trees (`--k tree:W`) verified one, and what its branches gave."""
+    trees = [r for r in rows if r["category"] == "all" and r["k"].startswith("tree:")]
+    if not trees:
+        return []
+    lines = ["## Trees", "", "| drafter | K | verifications | of them trees | accepted tokens from a branch |",
+             "|---|---|---|---|---|"]
+    lines += [f"| {r['drafter']} | {r['k']} | {r['verifications']} | {r['tree_rounds']} | {r['branch_tokens']} |"
+              for r in trees]
+    return [*lines, ""]
+
+
 def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     config, host = data["config"], data.get("server", {})
     lines = [
@@ -300,6 +313,7 @@ def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                 f"{_number(r['bound'], '{:.2f}x')} | {_number(r['of_bound'], '{:.0%}')} | {r['identical_rate']:.0%} |"
             )
         lines.append("")
+    lines += trees_markdown(rows)
     if any("conversation" in r for r in data["runs"]):
         lines += _sessions_markdown(data, rows)
     lines += thinking_markdown(data)
