@@ -233,5 +233,5 @@ def test_a_configuration_with_trees_reports_how_many_verifications_were_trees_an
              "branch_tokens": 2},
             {"category": "edit", "drafter": "suffix", "k": "tree:3", "verifications": 20, "tree_rounds": 5,
              "branch_tokens": 2}]
-    assert trees_markdown(rows)[2:4] == ["|---|---|---|---|---|", "| suffix | tree:3 | 38 | 5 | 2 |"]
+    assert trees_markdown(rows)[3:5] == ["|---|---|---|---|---|", "| suffix | tree:3 | 38 | 5 | 2 |"]
     assert trees_markdown(rows[:1]) == []
