@@ -25,17 +25,12 @@ import pytest
 from tests.support.distribution import assert_fits, sampled_first_tokens
 from tests.support.embedded_api import COUNTING
 from tests.support.models import DRAFT, TARGET
+from tests.support.prompts import COLOURS, EQUALITY_PROMPTS
 from utils.embedded.server import EmbeddedServer
 from utils.sampling import SamplingOptions, text_distribution
 
-PROMPTS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" / "bench.jsonl").open()]
-EQUALITY_PROMPTS = [p for c in ("code", "edit", "summarize", "chat")
-                    for p in [q for q in PROMPTS if q["category"] == c][:8]]
 TOKENS = 32
 OFF = {"X-Speculation": "off"}
-# The end of this prompt occurs earlier in it, so prompt lookup drafts from the first token on.
-COLOURS = ("<|im_start|>user\nOne colour is red. One colour is green. One colour is blue. Name one more colour."
-           "<|im_end|>\n<|im_start|>assistant\nOne colour is")
 
 
 def drafted(url: str, model: str) -> tuple[int, int]:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
-from tests.support.distribution import assert_fits
+from tests.support.distribution import assert_fits, first_token_distribution
 from tests.support.engine import answer, settings
 from tests.support.models import DRAFT, SMALL, TARGET
+from tests.support.prompts import COLOUR, COLOURS, CONVERSATIONS, EQUALITY_PROMPTS, EQUALITY_TOKENS
 from utils.embedded.server import EmbeddedServer
 from utils.engine.answer import collect
 from utils.engine.client import OllamaClient
@@ -22,14 +21,7 @@ from utils.engine.events import DoneEvent, FallbackEvent, RoundEvent, TextEvent
 from utils.engine.memory import EngineMemory
 from utils.engine.request import GenerationRequest
 from utils.engine.validator import PromptPrefixValidator
-from utils.sampling import SamplingOptions, text_distribution
-
-PROMPTS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" / "bench.jsonl").open()]
-# 32 varied prompts: the first 8 of each category (code, editing code, summarising, open chat).
-EQUALITY_PROMPTS = [p for c in ("code", "edit", "summarize", "chat")
-                    for p in [q for q in PROMPTS if q["category"] == c][:8]]
-EQUALITY_TOKENS = 32
-
+from utils.sampling import SamplingOptions
 
 # -- greedy: identical to standard generation ------------------------------------------------------
 
@@ -133,21 +125,8 @@ async def test_stop_strings_and_token_limit_match_standard(server_url):
 
 # -- sampling: the target's distribution, exactly -----------------------------------------------------
 
-async def first_token_distribution(server_url: str, model: str, prompt: str,
-                                   options: SamplingOptions) -> dict[str, float]:
-    """The exact distribution of the target's first sampled token, from its top-20 log-probabilities."""
-    server = OllamaClient(server_url)
-    try:
-        step = await server.next_token(model, prompt, {"temperature": 0, "num_ctx": 4096}, 20)
-    finally:
-        await server.aclose()
-    return text_distribution(step.token.top, options)
 
 
-COLOUR = "<|im_start|>user\nName one colour.<|im_end|>\n<|im_start|>assistant\nOne colour is"
-# The end of this prompt occurs earlier in it, so suffix decoding drafts from the first token on.
-COLOURS = ("<|im_start|>user\nOne colour is red. One colour is green. One colour is blue. Name one more colour."
-           "<|im_end|>\n<|im_start|>assistant\nOne colour is")
 
 
 @pytest.mark.parametrize(
@@ -179,7 +158,6 @@ async def test_sampling_keeps_the_target_distribution(server_url, target, drafte
     assert_fits(seen, expected, runs)
 
 
-CONVERSATIONS = [json.loads(line) for line in (Path(__file__).parents[1] / "prompts" / "conversations.jsonl").open()]
 
 
 @pytest.mark.parametrize("conversation", [CONVERSATIONS[0], CONVERSATIONS[6]], ids=lambda c: c["id"])

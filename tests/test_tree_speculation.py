@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.support.distribution import assert_fits
+from tests.support.distribution import assert_fits, first_token_distribution
 from tests.support.engine import answer, settings
 from tests.support.models import SMALL
-from tests.test_speculative import COLOURS, CONVERSATIONS, EQUALITY_PROMPTS, EQUALITY_TOKENS, first_token_distribution
+from tests.support.prompts import COLOURS, CONVERSATIONS, EQUALITY_PROMPTS, EQUALITY_TOKENS
 from utils.engine.answer import collect
 from utils.engine.client import OllamaClient
 from utils.engine.decoder import build_decoder

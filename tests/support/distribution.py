@@ -9,6 +9,9 @@ from typing import Any
 
 import httpx
 
+from utils.engine.client import OllamaClient
+from utils.sampling import SamplingOptions, text_distribution
+
 # The chi-squared distribution's 0.999 quantile for 1-9 degrees of freedom.
 CHI2_CRITICAL_001 = {1: 10.83, 2: 13.82, 3: 16.27, 4: 18.47, 5: 20.52, 6: 22.46, 7: 24.32, 8: 26.12, 9: 27.88}
 
@@ -42,3 +45,14 @@ def sampled_first_tokens(url: str, path: str, body: dict[str, Any], runs: int, e
             text = text_of(reply)
             seen[max((token for token in expected if token and text.startswith(token)), key=len, default=text)] += 1
     return seen, methods, drafts
+
+
+async def first_token_distribution(server_url: str, model: str, prompt: str,
+                                   options: SamplingOptions) -> dict[str, float]:
+    """The exact distribution of the target's first sampled token, from its top-20 log-probabilities."""
+    server = OllamaClient(server_url)
+    try:
+        step = await server.next_token(model, prompt, {"temperature": 0, "num_ctx": 4096}, 20)
+    finally:
+        await server.aclose()
+    return text_distribution(step.token.top, options)
