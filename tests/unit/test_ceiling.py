@@ -9,26 +9,11 @@ from typing import Any
 import pytest
 
 from utils.bench.agents import CALL, FILE_WRITE, FINAL, session_steps
-from utils.bench.ceiling import (
-    Bound,
-    Tree,
-    accepted_lengths,
-    aggregate,
-    cheapest,
-    cheapest_tree,
-    eager,
-    node_prompts,
-    priced,
-    report,
-    served,
-    shapes,
-    standard_turns,
-    tree_accepted,
-    whole,
-)
+from utils.bench.ceiling import Bound, accepted_lengths, aggregate, node_prompts, report, served, standard_turns, whole
 from utils.bench.overhead_measure import Row, Sample
 from utils.bench.report import PROJECT
 from utils.bench.runner import _history
+from utils.bench.schedule import Tree, cheapest, cheapest_tree, eager, priced, shapes, tree_accepted
 from utils.engine.drafters import NONE as STANDARD
 from utils.engine.drafters.base import Branch, Draft
 from utils.engine.drafters.lookup import PromptLookupDrafter

@@ -53,7 +53,7 @@ import asyncio
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -63,17 +63,28 @@ from utils.bench.agents import STEP, step_kind
 from utils.bench.overhead_measure import Bench, Row, Sample, engine_ms
 from utils.bench.reasoning import split, tags_of, thinks
 from utils.bench.runner import BenchConfig, load_prompts
+from utils.bench.schedule import (
+    MAX_ROWS,
+    Tree,
+    agreeing,
+    cheapest,
+    cheapest_tree,
+    eager,
+    graded,
+    priced,
+    shape_name,
+    shapes,
+)
 from utils.bench.stand_in import StandInError, ensure, stand_in
 from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
-from utils.engine.draft import Branch, Draft
+from utils.engine.draft import Draft
 from utils.engine.drafters import Drafter, DraftSetup, build_drafter, model_free_drafters
 from utils.engine.validator import node_prompts
 from utils.sampling import GREEDY
 
 NUM_CTX = 4096
 PROMPTS = Path(__file__).resolve().parents[2] / "prompts" / "bench.jsonl"
-MAX_ROWS = 24  # the longest burst measured: a larger tree is not priced, so never scheduled
 
 
 class Bound(NamedTuple):
@@ -91,105 +102,6 @@ def aggregate(bounds: list[Bound]) -> float | None:
     `bench`'s aggregate (None without time to divide by)."""
     schedule = sum(b.schedule_ms for b in bounds)
     return sum(b.standard_ms for b in bounds) / schedule if schedule else None
-
-
-class Tree(NamedTuple):
-    """The tree head(K) proposed at a position: the tokens it gets accepted, its pieces to verify, its
-    branches, and whether the accepted path went down one."""
-    accepted: int
-    rows: int
-    branches: int
-    branched: bool
-
-
-def schedule(choices: list[list[tuple[float, int, bool]]], standard: float) -> tuple[float, int, int]:
-    """The least time to produce an answer of len(choices) tokens, the drafts that take it, and how many
-    of those went down a branch. choices[i]: the drafts one may verify at position i, each (its cost,
-    the tokens it gets accepted, whether by a branch); standard: a standard token's time."""
-    n = len(choices)
-    best, drafts, branched = [0.0] * (n + 1), [0] * (n + 1), [0] * (n + 1)
-    for i in range(n - 1, -1, -1):
-        best[i], drafts[i], branched[i] = standard + best[i + 1], drafts[i + 1], branched[i + 1]
-        for cost, hits, branch in choices[i]:
-            after = min(n, i + hits + 1)  # the accepted pieces, then the target's own token
-            if cost + best[after] < best[i]:
-                best[i], drafts[i], branched[i] = cost + best[after], drafts[after] + 1, branched[after] + branch
-    return best[0], drafts[0], branched[0]
-
-
-def cheapest(accepted: list[list[int]], standard: float, burst: dict[int, float]) -> tuple[float, int]:
-    """The least time to produce an answer of len(accepted) tokens, and the drafts that take it.
-
-    accepted[i][k - 1]: tokens a draft of k pieces at position i gets accepted (only the K the
-    drafter could fill there); standard: a standard token's time; burst[k]: verifying k pieces."""
-    return schedule(_chains(accepted, burst), standard)[:2]
-
-
-def cheapest_tree(accepted: list[list[int]], trees: list[list[Tree]], standard: float, burst: dict[int, float],
-                  price: Callable[[Tree], float | None]) -> tuple[float, int, int]:
-    """As `cheapest`, a tree head(K) too at each position (trees[i][k - 1], at `price`; None: not priced):
-    the least time, the drafts and those that went down a branch. A tree without branches is the chain."""
-    choices = _chains(accepted, burst)
-    for row, heads in zip(choices, trees):
-        row += [(cost, tree.accepted, tree.branched) for tree in heads
-                if tree.branches and (cost := price(tree)) is not None]
-    return schedule(choices, standard)
-
-
-def _chains(accepted: list[list[int]], burst: dict[int, float]) -> list[list[tuple[float, int, bool]]]:
-    return [[(burst[k], hits, False) for k, hits in enumerate(row, start=1)] for row in accepted]
-
-
-def priced(burst: dict[int, float], extra: dict[int, float] | None = None) -> Callable[[Tree], float | None]:
-    """A tree's price: a chain burst of its rows (one evaluation); with `extra`, plus what a tree of as
-    many branches was measured to cost above that as served (beyond the counts measured, the most
-    branches' share per branch)."""
-    def price(tree: Tree) -> float | None:
-        if tree.rows not in burst:
-            return None
-        if not extra:
-            return burst[tree.rows]
-        most = max(extra)
-        return burst[tree.rows] + extra.get(tree.branches, extra[most] / most * tree.branches)
-    return price
-
-
-def eager(accepted: list[list[int]], standard: float, burst: dict[int, float]) -> float:
-    """The time of the rule llama.cpp's lookup follows: draft all the drafter finds, wherever it finds it."""
-    i, seconds = 0, 0.0
-    while i < len(accepted):
-        if accepted[i]:
-            seconds += burst[len(accepted[i])]
-            i += accepted[i][-1] + 1
-        else:
-            seconds += standard
-            i += 1
-    return seconds
-
-
-def agreeing(pieces: list[str], truth: list[str]) -> int:
-    """How many of `pieces` agree with the tokens that really follow, from the first on."""
-    hits = 0
-    while hits < min(len(pieces), len(truth)) and pieces[hits] == truth[hits]:
-        hits += 1
-    return hits
-
-
-def tree_accepted(draft: Draft, truth: list[str]) -> tuple[int, bool]:
-    """What greedy verification accepts of a tree against the tokens that really follow, and whether by
-    a branch: the main chain while it agrees, then, at its first wrong piece, the branch from there
-    whose first piece is the right one, as far as it agrees."""
-    hits = agreeing(draft.pieces, truth)
-    if hits < min(len(draft), len(truth)):
-        for branch in draft.branches:
-            if branch.at == hits and branch.draft.pieces[:1] == truth[hits:hits + 1]:
-                return hits + agreeing(branch.draft.pieces, truth[hits:]), True
-    return hits, False
-
-
-def graded(draft: Draft, truth: list[str]) -> Tree:
-    accepted, branched = tree_accepted(draft, truth)
-    return Tree(accepted, draft.rows, len(draft.branches), branched)
 
 
 async def accepted_lengths(drafter: Drafter, prompt: str, tokens: list[str], k_max: int,
@@ -216,24 +128,6 @@ async def standard_answer(server: OllamaClient, target: str, prompt: str, max_to
     return [token.text async for chunk in server.stream_raw(target, prompt, options) for token in chunk.tokens]
 
 
-def shapes(tokens: list[str], k_max: int, width: int) -> list[Draft]:
-    """Trees to time as served, made of an answer's tokens: a main chain of K = k_max - 4..k_max with,
-    at its middle, one branch of 1, 2 or 4 pieces, or width - 1 branches of 2 (no deeper than the main
-    chain, as head(K) keeps them). A branch is the answer's tokens from a little further on: real
-    pieces, most unlike the main chain's at the branch."""
-    trees: list[Draft] = []
-    for k in range(max(1, k_max - 4), k_max + 1):
-        at = k // 2
-        for lengths in ([1], [2], [4], [2] * (width - 1)):
-            branches = [Branch(at, Draft(tokens[at + 1 + j:at + 1 + j + min(n, k - at)]))
-                        for j, n in enumerate(lengths)]
-            tree = Draft(tokens[:k], branches=branches)
-            whole = len(tree) == k and all(len(b.draft) for b in branches)  # not cut short by the answer's end
-            if whole and tree.rows <= MAX_ROWS and _shape(tree) not in map(_shape, trees):
-                trees.append(tree)
-    return trees
-
-
 async def tree_burst(bench: Bench, tree: Draft, context: str) -> Sample:
     """A tree's burst as the validator sends it (its node prompts). The server evaluates its branches
     apart, each answer reporting its own evaluation's engine time: the engine time is the sum over the
@@ -248,16 +142,12 @@ async def tree_burst(bench: Bench, tree: Draft, context: str) -> Sample:
     return Sample(wall, sum(evaluations.values()), len(evaluations))
 
 
-def _shape(tree: Draft) -> str:
-    return f"K={len(tree)} + {'+'.join(str(len(b.draft)) for b in tree.branches)} at {tree.branches[0].at}"
-
-
 async def measure_costs(bench: Bench, context: str, tokens: list[str], k_max: int, repeat: int,
                         trees: list[Draft] | None = None) -> dict[str, Row]:
     """A standard token, bursts of K = 1..k_max and the bursts of `trees` as served on `context`,
     interleaved round by round."""
     rows = {"standard": Row("standard token")} | {f"burst{k}": Row(f"burst, K={k}") for k in range(1, k_max + 1)}
-    rows |= {f"tree{n}": Row(_shape(tree)) for n, tree in enumerate(trees or [])}
+    rows |= {f"tree{n}": Row(shape_name(tree)) for n, tree in enumerate(trees or [])}
     for number in range(repeat + 1):  # the first round warms up and is not counted
         samples = {"standard": await bench.standard(context)}
         for k in range(1, k_max + 1):
@@ -416,7 +306,7 @@ def served(rows: dict[str, Row], timed: list[Draft]) -> tuple[dict[int, float], 
         sample, chain = rows[f"tree{n}"].median(), rows[f"burst{tree.rows}"].median()
         above.setdefault(len(tree.branches), []).append((sample.wall_ms - chain.wall_ms,
                                                          sample.engine_ms - chain.engine_ms))
-        lines.append(f"  tree {_shape(tree):14} {sample.wall_ms:7.1f} / {sample.engine_ms:6.1f}, a chain burst of "
+        lines.append(f"  tree {shape_name(tree):14} {sample.wall_ms:7.1f} / {sample.engine_ms:6.1f}, a chain burst of "
                      f"its {tree.rows} rows {chain.wall_ms:7.1f} / {chain.engine_ms:6.1f}: "
                      f"{sample.wall_ms - chain.wall_ms:+6.1f} / {sample.engine_ms - chain.engine_ms:+6.1f}")
     wall_extra = {b: statistics.median(w for w, _ in pairs) for b, pairs in sorted(above.items())}
