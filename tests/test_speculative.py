@@ -272,7 +272,7 @@ async def test_the_cost_of_verifying_after_empty_drafts_is_measured_at_the_longe
     from utils.engine.drafters.base import Draft
     from utils.engine.drafters.lookup import PromptLookupDrafter
 
-    async def finds_nothing(self, context: str, k: int, options: SamplingOptions) -> Draft:
+    async def finds_nothing(self, context: str, k: int, options: SamplingOptions, width: int = 1) -> Draft:
         return Draft()  # a prompt with nothing to copy (made certain: the answer's own words may repeat)
 
     measured: list[tuple[int, int]] = []

@@ -64,7 +64,7 @@ async def test_a_new_drafter_class_registers_itself(registry: list[type[Drafter]
             drafter.choice = choice
             return drafter
 
-        async def propose(self, context: str, k: int, options: SamplingOptions) -> Draft:
+        async def propose(self, context: str, k: int, options: SamplingOptions, width: int = 1) -> Draft:
             return Draft([context[-1]] * k)
 
     assert registry[before:] == [EchoDrafter]

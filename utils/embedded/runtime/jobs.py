@@ -98,8 +98,5 @@ class Job:
     walked: int = 0  # leading tokens that TokenCache.tokenize gave (the rest: a nested prompt's extra text)
     burst: tuple[str, int] | None = None  # (id, size) of the validator burst it announced (utils/burst.py)
     constraint: Any = None  # a grammar.GrammarConstraint (`format`): what the answer may be; freed when done
-    # A tree branch's request (slots.py nested_groups): evaluated in another slot than its tree's main
-    # chain, so that each slot's cache holds one path with the model's own tokens (runner.py).
-    branch: bool = False
     truncate: bool = True  # a prompt past the context is cut (context.py); False: refused
     truncated_tokens: int = 0  # prompt tokens left out to fit the context

@@ -72,7 +72,6 @@ class ModelRunner:
         adds_bos, bos = bool(llama_cpp.llama_vocab_get_add_bos(vocab)), int(llama_cpp.llama_vocab_bos(vocab))
         self.slots = [Slot(seq, TokenCache(self.pieces, tokenize, adds_bos, bos)) for seq in range(parallel)]
         self.pending: deque[list[Job]] = deque()  # groups waiting for an idle slot
-        self.trunk: Slot | None = None  # where the latest group that is no tree branch ran
         self.uses = 0
         # Rows whose logits are read go in batches of at most this many: any number with the patched
         # llama.cpp, 7 without it (Kernels).
@@ -170,18 +169,7 @@ class ModelRunner:
         """Start the waiting groups, first come first served, while a slot is idle. Abandoned answers
         end first: their slot holds what the next request (a burst after a closed segment) continues."""
         self._end_abandoned()
-        while self.pending:
-            # A tree's branch goes to another slot than its main chain (the slot used just before): the
-            # next round's prompt continues whichever path the engine accepted, and the slot that holds
-            # that path holds the model's own tokens for it, as a chain's slot does (cache.py `chosen`;
-            # a path's tokens retokenized from its text could differ). With one slot only, that one.
-            first = self.pending[0][0]
-            avoid = self.trunk if first.branch and len(self.slots) > 1 else None
-            slot = idle_slot(self.slots, first.prompt, avoid)
-            if slot is None:
-                break
-            if not first.branch:
-                self.trunk = slot
+        while self.pending and (slot := idle_slot(self.slots, self.pending[0][0].prompt)) is not None:
             group = self.pending.popleft()
             self.uses += 1
             slot.used = self.uses

@@ -43,12 +43,14 @@ class Answer:
 def nested_groups(burst: list[Job]) -> list[list[Job]]:
     """The burst as chains of one-token prompts that extend one another, each chain one group (one
     evaluation in one slot). A validator's chain is one group. A tree's node prompts (validator.py
-    `node_prompts`) are its deepest path, the main chain, first, then each branch as a group of its
-    own: the embedded server keeps one KV stream per slot, so a branch's rows cannot share the trunk
-    with the main chain's in one decode; evaluated after it in the same slot, a branch costs a decode
-    of its own rows. Each prompt hangs under the longest prompt it extends that was asked before it
-    (else any it extends); where two paths are as deep, the one asked first is the main chain
-    (node_prompts asks it first, then each branch in order)."""
+    `node_prompts`) are its deepest path, the main chain, and each branch as a group of its own: the
+    embedded server keeps one KV stream per slot, so a branch's rows cannot share the trunk with the
+    main chain's in one decode, and a branch costs decodes of its own. The branches come first and
+    the main chain last, in the same slot: the slot is then left as a chain's round leaves it, the
+    main chain's tokens in its cache and the model's own token after each (cache.py `chosen`), which
+    the next round's prompt continues unless the target took a branch. Each prompt hangs under the
+    longest prompt it extends that was asked before it (else any it extends); where two paths are
+    as deep, the one asked first is the main chain (node_prompts asks it first, then each branch)."""
     order = {id(job): index for index, job in enumerate(burst)}  # a tie goes to the earlier: the main chain
     jobs = sorted(burst, key=lambda j: len(j.prompt))
     children: list[list[int]] = [[] for _ in jobs]
@@ -64,31 +66,35 @@ def nested_groups(burst: list[Job]) -> list[list[Job]]:
     depth = [1] * len(jobs)  # jobs on the deepest path down from each
     for index in reversed(range(len(jobs))):
         depth[index] += max((depth[child] for child in children[index]), default=0)
-    groups: list[list[Job]] = []
-    starts = list(roots)
-    while starts:
-        group, node = [], starts.pop(0)
-        branch = node not in roots
-        while True:  # down the deepest child; the others start groups of their own, after this one
-            jobs[node].branch = branch
+
+    def path(node: int, branches: list[list[Job]]) -> list[Job]:
+        """The deepest path down from `node`; the groups of the other children go to `branches`."""
+        group = []
+        while True:
             group.append(jobs[node])
             if not children[node]:
-                break
+                return group
             deepest = max(children[node], key=lambda child: (depth[child], -order[id(jobs[child])]))
-            starts += [child for child in children[node] if child != deepest]
+            for child in children[node]:
+                if child != deepest:
+                    branches += tree(child)
             node = deepest
-        groups.append(group)
-    return groups
+
+    def tree(root: int) -> list[list[Job]]:
+        branches: list[list[Job]] = []
+        main = path(root, branches)
+        return [*branches, main]
+
+    return [group for root in roots for group in tree(root)]
 
 
-def idle_slot(slots: list[Slot], prompt: bytes, avoid: Slot | None = None) -> Slot | None:
+def idle_slot(slots: list[Slot], prompt: bytes) -> Slot | None:
     """The idle slot whose cached text the prompt continues furthest, where that is at least half of
     the cached text (a conversation's next turn) or of the prompt (as llama-server's
     `--slot-prompt-similarity` 0.5: a question asked again, whose cached text is mostly its earlier
     answer); else the idle slot used longest ago. A prompt that shares less than half of itself, a
-    system prompt say, with a long conversation goes elsewhere, so that conversation's cache stays.
-    `avoid`: a slot not to use (a tree branch's: not its main chain's)."""
-    idle = [slot for slot in slots if slot.answer is None and slot is not avoid]
+    system prompt say, with a long conversation goes elsewhere, so that conversation's cache stays."""
+    idle = [slot for slot in slots if slot.answer is None]
     if not idle:
         return None
     shared = {slot.seq: common_bytes(prompt, slot.cache.text) for slot in idle}
