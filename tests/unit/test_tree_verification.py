@@ -178,5 +178,5 @@ def test_the_policy_learns_how_often_branches_are_taken_and_what_they_cost() -> 
         policy.record(UNSURE, 1, None, 0.064, controller)
     assert policy.missed == 10 and policy.taken == 0 and policy.taken_rate() < before
     assert policy.shape(UNSURE, controller).branches == []
-    policy.record(UNSURE, 3, 0, 0.064 + 0.05, controller)  # taken, and at 50 ms more than the rows as a chain
+    policy.record(UNSURE, 1, 0, 0.064 + 0.05, controller)  # taken, and at 50 ms more than the rows as a chain
     assert policy.taken == 1 and policy.extra_seconds is not None and policy.extra_seconds > 0.0

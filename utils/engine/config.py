@@ -20,11 +20,11 @@ class EngineConfig(BaseSettings):
     p_min: float = Field(default=0.3, ge=0.0, le=1.0, description="stop drafting below this probability")
     n_min: int = Field(default=1, ge=1, le=K_LIMIT, description="drop drafts shorter than this")
     draft_top_k: int = Field(default=5, ge=1, le=20, description="draft candidates read per position")
-    # None: the server's own (the model's Modelfile, else Ollama's default). Set, every request of the CLI
-    # and the app asks for it; Ollama reloads a model whose num_ctx changes, so only set it on purpose.
     # 1: drafts are chains. Above: a free drafter or draft model is asked for up to width - 1 branches,
     # each verified where it is measured to pay (tree_policy.py); off by default, as measured on this CPU.
     tree_width: int = Field(default=1, ge=1, le=4, description="drafted continuations a round may verify")
+    # None: the server's own (the model's Modelfile, else Ollama's default). Set, every request of the CLI
+    # and the app asks for it; Ollama reloads a model whose num_ctx changes, so only set it on purpose.
     num_ctx: int | None = Field(default=None, ge=256, le=1 << 20, description="context size asked of the server")
 
     def replace(self, **changes: object) -> EngineConfig:

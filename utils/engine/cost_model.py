@@ -82,8 +82,8 @@ class CostModel:
             return draft_seconds
         self.draft_seconds_per_token = blend(self.draft_seconds_per_token, draft_seconds / drafted)
         if not learn_verify:
-            pass
-        elif not waited_for_closed_token:
+            return draft_seconds
+        if not waited_for_closed_token:
             first = drafted not in self.verified_in_runs
             self.verified_in_runs.add(drafted)
             self.verify_seconds[drafted] = blend(None if first else self.verify_seconds.get(drafted), verify_seconds)

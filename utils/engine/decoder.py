@@ -249,7 +249,7 @@ class SpeculativeDecoder:
         controller.record_round(k, len(draft), main, drafted_at - round_started, verified_at - drafted_at,
                                 unseen, draft.confidence, waited_for_closed_token=answer.waits_for_closed_token,
                                 source=draft.source, tree=bool(draft.branches))
-        controller.trees.record(draft, verdict.accepted, verdict.branch, verified_at - drafted_at, controller)
+        controller.trees.record(draft, main, verdict.branch, verified_at - drafted_at, controller)
         answer.waits_for_closed_token = False
         answer.context_tokens = verdict.prompt_tokens - answer.output.tokens
         answer.note_prompt_tokens(answer.context_tokens)

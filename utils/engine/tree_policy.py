@@ -49,9 +49,10 @@ class Chains:
         """The draft to verify: here its main chain."""
         return draft.chain()
 
-    def record(self, draft: Draft, accepted: int, branch: int | None, verify_seconds: float,
+    def record(self, draft: Draft, main: int, branch: int | None, verify_seconds: float,
                controller: DraftLengthController) -> None:
-        """A verified draft (`branch`: the branch followed, if any); a chain policy learns nothing."""
+        """A verified draft: `main` pieces of its main chain were kept, then `branch` was followed, if
+        any (the decoder's reading of the verdict); a chain policy learns nothing."""
 
 
 class Trees(Chains):
@@ -83,8 +84,8 @@ class MeasuredTrees(Trees):
             return draft.chain()
         survive = [controller.survival(c, trust, draft.source) for c in draft.confidence] or [0.5] * len(draft)
         kept, rows = [], len(draft)
-        for branch in sorted(draft.branches, key=lambda b: -self._tokens(b, survive, controller, trust)):
-            tokens = self._tokens(branch, survive, controller, trust)
+        expected = [(self._tokens(branch, survive, controller, trust), branch) for branch in draft.branches]
+        for tokens, branch in sorted(expected, key=lambda pair: -pair[0]):
             cost = controller.cost
             extra = cost.verify_cost(rows + len(branch.draft)) - cost.verify_cost(rows) + (self.extra_seconds or 0.0)
             if tokens * standard > extra * MARGIN:
@@ -104,10 +105,9 @@ class MeasuredTrees(Trees):
             run += last
         return reach * (1 - survive[branch.at]) * self.taken_rate() * run
 
-    def record(self, draft: Draft, accepted: int, branch: int | None, verify_seconds: float,
+    def record(self, draft: Draft, main: int, branch: int | None, verify_seconds: float,
                controller: DraftLengthController) -> None:
         """What the target took, and what the branches cost beyond their rows as a chain's."""
-        main = draft.branches[branch].at if branch is not None else accepted  # pieces of the main chain kept
         for number, each in enumerate(draft.branches):
             if each.at == main and main < len(draft):
                 self.missed += 1
