@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from utils.engine.controller import DraftLengthController, new_controller
+from utils.engine.pieces import Pieces
 from utils.engine.tree_policy import tree_policy
 
 
@@ -22,8 +23,8 @@ class EngineMemory:
     controllers: dict[tuple, DraftLengthController] = field(default_factory=dict)
     # drafters/suffix.py's stores of finished answers, per target (typed there: it imports this module).
     suffix_stores: dict[str, Any] = field(default_factory=dict)
-    # (server, model) -> (the tokenizer's fingerprint, the text of its tokens): tokenizers.vocabulary.
-    vocabularies: dict[tuple[str, str], tuple[str, set[str]]] = field(default_factory=dict)
+    # (server, model) -> (the tokenizer's fingerprint, its pieces): tokenizers.vocabulary.
+    vocabularies: dict[tuple[str, str], tuple[str, Pieces]] = field(default_factory=dict)
     # (server, model) -> why drafts cannot be verified there, or None: planning.verification_gate.
     gates: dict[tuple[str, str], str | None] = field(default_factory=dict)
 

@@ -13,22 +13,8 @@ import hashlib
 from typing import Any
 
 from utils.engine.memory import EngineMemory
+from utils.engine.pieces import Pieces, byte_decoder
 from utils.engine.target import Target
-
-
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2 byte-level BPE writes each byte as a printable character; this undoes that."""
-    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
-        range(ord("®"), ord("ÿ") + 1)
-    )
-    codes = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            codes.append(256 + extra)
-            extra += 1
-    return {chr(code): byte for byte, code in zip(printable, codes)}
 
 
 def vocabulary_from_show(show: dict[str, Any]) -> set[str]:
@@ -38,7 +24,7 @@ def vocabulary_from_show(show: dict[str, Any]) -> set[str]:
     kind = info.get("tokenizer.ggml.model", "")
     pieces: set[str] = set()
     if kind == "gpt2":
-        decoder = _byte_decoder()
+        decoder = byte_decoder()
         for token in tokens:
             try:
                 pieces.add(bytes(decoder[c] for c in token).decode("utf-8"))
@@ -50,15 +36,19 @@ def vocabulary_from_show(show: dict[str, Any]) -> set[str]:
     return pieces
 
 
-async def vocabulary(server: Target, model: str, memory: EngineMemory | None = None) -> tuple[str, set[str]]:
-    """(fingerprint of the tokenizer, the text of its tokens), kept in `memory` per server and model."""
+async def vocabulary(server: Target, model: str, memory: EngineMemory | None = None) -> tuple[str, Pieces]:
+    """(fingerprint of the tokenizer, the text of its tokens and how it cuts text into them), kept in
+    `memory` per server and model."""
     known = memory.vocabularies if memory is not None else {}
     key = (server.url, model)
     if key not in known:
         show = await server.show(model, verbose=True)
-        tokens = (show.get("model_info") or {}).get("tokenizer.ggml.tokens") or []
+        info = show.get("model_info") or {}
+        tokens = info.get("tokenizer.ggml.tokens") or []
         fingerprint = hashlib.sha256("\x00".join(tokens).encode()).hexdigest() if tokens else ""
-        known[key] = (fingerprint, vocabulary_from_show(show))
+        # A byte-level BPE's merges and pre-tokenizer, where the server lists them (pieces.py).
+        merges = (info.get("tokenizer.ggml.merges") or []) if info.get("tokenizer.ggml.model") == "gpt2" else []
+        known[key] = (fingerprint, Pieces(vocabulary_from_show(show), merges, info.get("tokenizer.ggml.pre") or ""))
     return known[key]
 
 

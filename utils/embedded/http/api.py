@@ -106,6 +106,7 @@ async def show(body: ShowBody, request: Request) -> dict[str, Any]:
     info: dict[str, Any] = {key: _number(value) for key, value in file.metadata.items()}
     info.pop("tokenizer.chat_template", None)
     info["tokenizer.ggml.tokens"] = (await asyncio.to_thread(lambda: file.vocabulary)) if body.verbose else []
+    info["tokenizer.ggml.merges"] = (await asyncio.to_thread(lambda: file.merges)) if body.verbose else []
     info["general.parameter_count"] = info.get("general.parameter_count", 0)
     spec = store.spec(name)
     entry = _model_entry(spec)

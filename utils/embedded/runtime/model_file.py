@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import mmap
+import struct
 import weakref
 from pathlib import Path
 
@@ -26,6 +28,7 @@ class ModelFile:
     """One GGUF file's metadata, fill-in-the-middle tokens and vocabulary."""
 
     def __init__(self, path: Path):
+        self.path = path
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
         self._model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
@@ -58,10 +61,55 @@ class ModelFile:
         return prefix, suffix, middle
 
     @functools.cached_property
+    def merges(self) -> list[str]:
+        """A BPE tokenizer's merges as the file writes them (verbose /api/show lists them, as Ollama's
+        does; llama.cpp gives no array to read them by): [] for a tokenizer without them."""
+        return _string_array(self.path, "tokenizer.ggml.merges")
+
+    @functools.cached_property
     def vocabulary(self) -> list[str]:
         """Token strings as the file writes them (what Ollama's verbose /api/show lists)."""
         return [llama_cpp.llama_vocab_get_text(self._vocab, token).decode("utf-8", errors="replace")
                 for token in range(self.vocab_size)]
+
+
+_SIZES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # GGUF value types' bytes
+_STRING, _ARRAY = 8, 9
+
+
+def _string_array(path: Path, key: str) -> list[str]:
+    """The array of strings stored under `key` in a GGUF file's metadata ([] if absent): the header's
+    key-value pairs read in order, each value skipped by its type (GGUF v2 and later)."""
+    with path.open("rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        magic, version, _, pairs = struct.unpack_from("<4sIQQ", data, 0)
+        if magic != b"GGUF" or version < 2:
+            return []
+        at = 24
+
+        def string() -> bytes:
+            nonlocal at
+            (size,) = struct.unpack_from("<Q", data, at)
+            at += 8 + size
+            return data[at - size : at]
+
+        for _ in range(pairs):
+            name, (kind,) = string().decode("utf-8", errors="replace"), struct.unpack_from("<I", data, at)
+            at += 4
+            if kind == _STRING:
+                string()
+            elif kind != _ARRAY:
+                at += _SIZES[kind]
+            else:
+                item, count = struct.unpack_from("<IQ", data, at)
+                at += 12
+                if item != _STRING:
+                    at += _SIZES[item] * count
+                elif name == key:
+                    return [string().decode("utf-8", errors="replace") for _ in range(count)]
+                else:
+                    for _ in range(count):
+                        string()
+    return []
 
 
 def read(path: Path) -> ModelFile:

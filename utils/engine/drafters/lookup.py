@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from utils.engine.drafters.base import Branch, Draft, Drafter, DraftSetup
+from utils.engine.pieces import Pieces, as_pieces
 from utils.engine.tokenizers import vocabulary
 from utils.sampling import SamplingOptions
 
@@ -17,8 +18,8 @@ BRANCH_TRIES = 16
 class PromptLookupDrafter(Drafter):
     """Editing and summarising answers repeat long runs of their prompt, which this finds for free.
 
-    The continuation is cut into the target's own token pieces (greedy longest match over its
-    vocabulary) because the validator accepts a piece only when it equals the target's token there.
+    The continuation is cut into the pieces the target would write (pieces.py) because the validator
+    accepts a piece only when it equals the target's token there.
     Its pieces carry no probabilities, so sampled answers are verified by sample-match. Asked for a
     tree, the older occurrences of the same end that went on otherwise give the branches.
     """
@@ -28,9 +29,9 @@ class PromptLookupDrafter(Drafter):
     free = True
     description = "prompt lookup, no model"
 
-    def __init__(self, vocabulary: set[str], *, min_match: int = 12, max_match: int = 64):
-        self.vocabulary = vocabulary
-        self.longest_piece = max((len(p) for p in vocabulary), default=1)
+    def __init__(self, vocabulary: set[str] | Pieces, *, min_match: int = 12, max_match: int = 64):
+        self.pieces = as_pieces(vocabulary)
+        self.longest_piece = self.pieces.longest
         self.min_match, self.max_match = min_match, max_match
 
     @classmethod
@@ -47,7 +48,7 @@ class PromptLookupDrafter(Drafter):
             return Draft()
         limit = k * self.longest_piece
         continuation, match, at = self._continuation(context, limit)
-        pieces = self._split(continuation, k)
+        pieces = self.pieces.after(context, continuation, k)
         # One estimate for every piece: the longer the end that matched, the likelier a copy.
         draft = Draft(pieces=pieces, confidence=[match / self.max_match] * len(pieces))
         if width > 1 and pieces:
@@ -84,23 +85,10 @@ class PromptLookupDrafter(Drafter):
             if text in texts:
                 continue
             texts.add(text)
-            pieces = self._split(text, k)
+            pieces = self.pieces.after(context, text, k)
             parts = next((i for i, (a, b) in enumerate(zip(pieces, draft.pieces)) if a != b), min(len(pieces), k))
             if parts < min(len(pieces), k) and (parts, pieces[parts]) not in seen:
                 seen.add((parts, pieces[parts]))
                 value = draft.confidence[0]
                 found.append(Branch(parts, Draft(pieces[parts:], confidence=[value] * (len(pieces) - parts))))
         return found
-
-    def _split(self, text: str, k: int) -> list[str]:
-        pieces: list[str] = []
-        at = 0
-        while at < len(text) and len(pieces) < k:
-            for size in range(min(self.longest_piece, len(text) - at), 0, -1):
-                if text[at : at + size] in self.vocabulary:
-                    pieces.append(text[at : at + size])
-                    at += size
-                    break
-            else:
-                break  # not a piece of this vocabulary: the target will not produce it as one token
-        return pieces

@@ -31,13 +31,13 @@ was cut (JSON and indentation above all): docs/performance.md has what that cost
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections import deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from utils.engine.drafters.base import Branch, Draft, Drafter, DraftSetup
 from utils.engine.memory import EngineMemory
+from utils.engine.pieces import Pieces, as_pieces
 from utils.engine.suffix_tree import (
     MAX_DEPTH,
     MAX_SPEC_FACTOR,
@@ -66,9 +66,6 @@ class _Store:
     """What one target's drafters share: its piece ids and the tree of its finished answers."""
 
     def __init__(self, max_answers: int, max_nodes: int, depth: int):
-        self.vocabulary: set[str] | None = None
-        self.reach: dict[str, int] = {}
-        self.ordered: list[str] = []  # the vocabulary in order: which pieces begin with a text
         self.ids: dict[str, int] = {}
         self.texts: list[str] = []
         self.tree = SuffixTree(depth)
@@ -130,20 +127,14 @@ class SuffixDrafter(Drafter):
     free = True
     description = "suffix decoding: this answer's and earlier answers' continuations, no model"
 
-    def __init__(self, vocabulary: set[str], target: str = "", *, memory: EngineMemory | None = None,
+    def __init__(self, vocabulary: set[str] | Pieces, target: str = "", *, memory: EngineMemory | None = None,
                  depth: int = MAX_DEPTH,
                  factor: float = MAX_SPEC_FACTOR, min_prob: float = MIN_TOKEN_PROB,
                  max_answers: int = MAX_ANSWERS, max_nodes: int = MAX_NODES):
-        self.vocabulary = vocabulary
+        self.pieces = as_pieces(vocabulary)  # how the target cuts text (pieces.py)
         self.depth, self.factor, self.min_prob = depth, factor, min_prob
         # Shared with the drafters of the same target and memory; the bounds of its first drafter.
         self.store = suffix_store(memory or EngineMemory(), target, max_answers, max_nodes, depth)
-        if self.store.vocabulary is not vocabulary:  # read once per target: 0.1 s for 150,000 pieces
-            self.store.vocabulary, self.store.reach = vocabulary, {}
-            self.store.ordered = sorted(vocabulary)
-            for piece in vocabulary:  # the longest piece that starts with each two characters
-                self.store.reach[piece[:2]] = max(self.store.reach.get(piece[:2], 0), len(piece))
-        self.reach = self.store.reach
         self.open: deque[_Open] = deque(maxlen=OPEN_ANSWERS)
 
     @classmethod
@@ -185,9 +176,10 @@ class SuffixDrafter(Drafter):
                     best, best_rest, best_source, best_at = proposal, rest, source, (tree, active)
         head = min(k, HEAD_PIECES) + (1 if best_rest else 0)  # what `_continue` asked of the tree
         tokens, values, parts = self._longer(*best_at, best, head, k + 1 if best_rest else k)
-        draft = self._cut(tokens, values, best_rest, k, best_source)
+        draft = self._cut(context, tokens, values, best_rest, k, best_source)
         if width > 1 and draft.pieces:
-            draft.branches = self._branches(best_at[0], parts, tokens, values, best_rest, draft, k, width - 1)
+            draft.branches = self._branches(context, best_at[0], parts, tokens, values, best_rest, draft, k,
+                                            width - 1)
         return draft
 
     def _longer(self, tree: SuffixTree, active: list[int], proposal: Proposal, asked: int,
@@ -213,7 +205,7 @@ class SuffixDrafter(Drafter):
             parts.append((active, part))
         return tokens, values, parts
 
-    def _branches(self, tree: SuffixTree, parts: list[tuple[list[int], Proposal]], tokens: list[int],
+    def _branches(self, context: str, tree: SuffixTree, parts: list[tuple[list[int], Proposal]], tokens: list[int],
                   values: list[float], rest: str, draft: Draft, k: int, most: int) -> list[Branch]:
         """SuffixDecoding's tree mode: at each node of the path the draft followed (tree pieces
         `tokens`, confidences `values`, `parts` as `_longer` gives them), each other child whose
@@ -253,7 +245,7 @@ class SuffixDrafter(Drafter):
             text = "".join(self._text(token) for token in tokens[:index] + path)
             if len(text) <= len(rest) or not text.startswith(rest):
                 continue  # it parts from the context's open tail, not from the draft
-            cut = self._cut(tokens[:index] + path, values[:index] + ratios, rest, k, draft.source)
+            cut = self._cut(context, tokens[:index] + path, values[:index] + ratios, rest, k, draft.source)
             at = next((i for i, (a, b) in enumerate(zip(cut.pieces, draft.pieces)) if a != b), len(draft))
             if at >= min(len(cut), len(draft)) or (at, cut.pieces[at]) in taken:
                 continue
@@ -300,23 +292,18 @@ class SuffixDrafter(Drafter):
                 break
         return Proposal()
 
-    def _cut(self, tokens: list[int], values: list[float], rest: str, k: int, source: str) -> Draft:
-        """The continuation's text (tree pieces `tokens`, confidences `values`) after `rest` in the
-        target's pieces (longest first, up to the first character that is no piece), each with the
-        confidence of the tree piece it starts in; `source`: the tree it came from."""
+    def _cut(self, context: str, tokens: list[int], values: list[float], rest: str, k: int, source: str) -> Draft:
+        """The continuation's text (tree pieces `tokens`, confidences `values`) after `rest` in the pieces
+        the target would write after `context` (pieces.py), each with the confidence of the tree piece
+        it starts in; `source`: the tree it came from."""
         text, owners = "", []
         for token, value in zip(tokens, values):
             written = self._text(token)
             text += written
             owners += [value] * len(written)
-        pieces: list[str] = []
-        kept: list[float] = []
-        at = len(rest)
-        while at < len(text) and len(pieces) < k:
-            piece = self._piece(text, at)
-            if piece is None:
-                break
-            pieces.append(piece)
+        pieces = self.pieces.after(context, text[len(rest):], k)
+        kept, at = [], len(rest)
+        for piece in pieces:
             kept.append(owners[at])
             at += len(piece)
         return Draft(pieces=pieces, confidence=kept, source=source)
@@ -338,12 +325,10 @@ class SuffixDrafter(Drafter):
         else:
             self.open.remove(found)
         self.open.append(found)
-        new, at = [], len(found.text)
-        for token in self.tokens(context[at:]):
-            if not self._final(context, at):
-                break
-            new.append(token)
-            at += len(self._text(token))
+        at = len(found.text)
+        end = self.pieces.final(context, at)  # pieces past it may still change with the next text
+        new = self.tokens(context[at:end])
+        at = end
         if new:
             found.text = context[:at]
             found.tokens = (found.tokens + new)[-self.depth:]
@@ -353,34 +338,15 @@ class SuffixDrafter(Drafter):
                     found.shared = self.store.tree.follow(found.shared, token)
         return found
 
-    def _final(self, text: str, at: int) -> bool:
-        """Whether the piece at `at` stays what it is whatever text follows: no longer piece of the
-        vocabulary begins with all of `text[at:]`."""
-        if len(text) - at >= max(self.reach.get(text[at : at + 2], 1), 2):
-            return True  # every piece that could start here fits: no copy of the rest of the text
-        rest = text[at:]
-        after = bisect_right(self.store.ordered, rest)
-        return after == len(self.store.ordered) or not self.store.ordered[after].startswith(rest)
-
-    def _piece(self, text: str, at: int) -> str | None:
-        """The longest piece of the vocabulary at `text[at:]` (None: the character is no piece)."""
-        for length in range(min(self.reach.get(text[at : at + 2], 1), len(text) - at), 0, -1):
-            if text[at : at + length] in self.vocabulary:
-                return text[at : at + length]
-        return None
-
     def tokens(self, text: str) -> list[int]:
-        """`text` as piece ids: at each place the longest piece of the vocabulary; a character that is
-        no piece gets an id below 0 (it matches, but is never drafted)."""
-        ids, store = [], self.store
-        at, size = 0, len(text)
-        while at < size:
-            piece = self._piece(text, at) or text[at]
+        """`text` as piece ids, cut as the target cuts it (pieces.py); a piece that is no token of the
+        target gets an id below 0 (it matches, but is never drafted)."""
+        ids, store, vocabulary = [], self.store, self.pieces.vocabulary
+        for piece in self.pieces.cut(text):
             token = store.ids.get(piece)
             if token is None:
-                token = len(store.texts) if piece in self.vocabulary else -1 - len(store.texts)
+                token = len(store.texts) if piece in vocabulary else -1 - len(store.texts)
                 store.ids[piece] = token
                 store.texts.append(piece)
             ids.append(token)
-            at += len(piece)
         return ids
