@@ -110,10 +110,9 @@ class _Open:
 class SuffixDrafter(Drafter):
     """Answers that repeat their prompt or earlier answers (agents, edits, the same request again).
 
-    Text becomes the target's token pieces by greedy longest match over its vocabulary, the same way
+    Text becomes the target's token pieces as its tokenizer cuts it (pieces.py), the same way
     wherever it occurs (prompt, answer, earlier answers), so that a copy matches its original. A
-    piece is added to the answer's tree once its boundary is final (no longer piece could start there
-    whatever text follows); the context's last characters, whose pieces may still change and which
+    piece is added to the answer's tree once it is final (no text after it could change it); the context's last characters, whose pieces may still change and which
     the target may have split otherwise, are matched as text: the tree is followed from each point of
     that open tail, and its continuation must begin with the rest of the tail, the draft being what
     comes after, cut into pieces afresh. Its pieces carry no probabilities, so sampled answers are
