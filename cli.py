@@ -203,6 +203,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         prompts_file=Path(args.prompts), target=target, drafters=args.draft or [get_settings().draft_model],
         ks=args.k or ["auto"], repeat=args.repeat, out_dir=Path(args.out) if args.out else None, limit=args.limit,
         max_tokens=args.max_tokens, categories=args.category, host=args.host, native=args.native,
+        in_process=args.in_process,
     )
 
     def progress(done: int, total: int, label: str) -> None:
@@ -359,6 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--host", default=None)
     bench.add_argument("--native", action="store_true",
                        help="also run llama.cpp's own speculative decoding (llama-server), built on first use")
+    bench.add_argument("--in-process", action="store_true",
+                       help="the project's engine on the embedded server loaded in this process, as `cli.py serve` "
+                            "speculates (default: over HTTP, as the proxy does)")
     bench.set_defaults(run=cmd_bench)
 
     for name, (module, help_text) in PROBES.items():  # each reads its own options: cli.py NAME --help

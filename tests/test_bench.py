@@ -184,3 +184,33 @@ def test_a_reasoning_prompt_on_the_stand_in_thinker_the_bench_creates(tmp_path):
     report = (out / "report.md").read_text()
     assert "stand-in-thinker:0.5b is a STAND-IN thinking model: qwen2.5-coder:0.5b" in report
     assert "## Reasoning and answer apart" in report and "| project | suffix | auto | function | 1 | 1 |" in report
+
+
+def test_the_project_engine_in_process_as_cli_serve_speculates(bench_config, tmp_path, monkeypatch):
+    """`bench --in-process`: the project's answers come from the embedded server loaded in the bench's own
+    process (the target `cli.py serve` speculates on), the same greedy text as the HTTP server's."""
+    from utils.embedded.server import load_app
+
+    load_app()
+    from utils.embedded.http.target import InProcessTarget
+
+    streams = []
+    stream_raw = InProcessTarget.stream_raw
+
+    def counted(self, model, prompt, options, *args, **kwargs):
+        streams.append(prompt)
+        return stream_raw(self, model, prompt, options, *args, **kwargs)
+
+    monkeypatch.setattr(InProcessTarget, "stream_raw", counted)
+    settings = Settings(data_dir=tmp_path)
+    over_http = run_bench(settings, bench_config)
+    bench_config.out_dir, bench_config.in_process = tmp_path / "in-process", True
+    out = run_bench(settings, bench_config)
+    data = json.loads((out / "results.json").read_text())
+    texts = {(r["prompt_id"], r["drafter"]): r["text"] for r in data["runs"]}
+    http_texts = {(r["prompt_id"], r["drafter"]): r["text"]
+                  for r in json.loads((over_http / "results.json").read_text())["runs"]}
+    assert texts == http_texts and len(texts) == 4
+    assert len(streams) >= 4  # every answer, standard and speculative, generated in this process
+    assert data["server"]["in_process"] and "loaded in process, as `cli.py serve` speculates" in (
+        out / "report.md").read_text()

@@ -265,6 +265,9 @@ def trees_markdown(rows: list[dict[str, Any]]) -> list[str]:
     return [*lines, ""]
 
 
+IN_PROCESS = "; the project engine on it loaded in process, as `cli.py serve` speculates"
+
+
 def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     config, host = data["config"], data.get("server", {})
     lines = [
@@ -272,7 +275,8 @@ def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "",
         f"- Machine: {data['machine'].get('cpu') or data['machine']['platform']}, {data['machine']['cores']} cores",
         f"- Server: {host.get('url', '?')} (Ollama API {host.get('version', '?')}"
-        f"{', embedded llama.cpp' if host.get('embedded') else ''})",
+        f"{', embedded llama.cpp' if host.get('embedded') else ''})"
+        f"{IN_PROCESS if host.get('in_process') else ''}",
         f"- Prompts: {config['prompts_file']}, repeats: {config['repeat']}, temperature {config['temperature']}",
         f"- Runs: {len(data['runs'])}, started {data['started']}",
     ]

@@ -22,6 +22,12 @@ after the configuration's own earlier answers; an agent step is reported by the 
 With `native`, llama.cpp's own llama-server (utils/native.py) answers the same prompts too, plainly
 and with its own speculative decoding, interleaved with the rest; its speed-up is measured against
 its own plain decoding, so the report shows both engines' speed-ups on the same machine and prompts.
+
+With `in_process`, the project's engine, standard and speculative, runs on the embedded server loaded
+in this process, as `cli.py serve` speculates: where a standard segment is left for a draft, the
+token the server was computing is kept (a drain), where over HTTP the stream is closed and the draft
+waits for that token, lost (about one standard token per such round). The HTTP server still
+registers the stand-in and renders llama-server's prompts; it evaluates nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import platform
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AsyncExitStack
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,6 +82,9 @@ class BenchConfig:
     host: str | None = None
     temperature: float = 0.0
     native: bool = False  # also run llama.cpp's own llama-server, plain and speculative
+    # The project's engine on the embedded server loaded in this process (`cli.py serve`'s path: a
+    # standard segment left for a draft is drained, its token in flight kept), not over HTTP.
+    in_process: bool = False
 
     def configurations(self) -> list[tuple[str, str, str]]:
         """(engine, drafter, k) triples, each engine's standard first."""
@@ -260,7 +270,7 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
             plan.extend((prompt, repeat, *configuration) for configuration in order)
     target, _ = servers(settings, config.host)
     data["server"] = {"url": target.url, "version": ".".join(map(str, await target.version())),
-                      "embedded": await target.is_embedded()}
+                      "embedded": await target.is_embedded(), "in_process": config.in_process}
     stand_in_file = None
     if stand_in(config.target):  # a stand-in thinking model (stand_in.py): made and registered if missing
         stand_in_file = await asyncio.to_thread(ensure, target.url, config.target, settings.data_dir,
@@ -275,12 +285,18 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
         return int(k[5:]) if k.startswith("tree:") else settings.engine.tree_width
     anchors: dict[tuple[str, str], NativeServer] = {}
     raw_prompts: dict[str, str] = {}
+    loaded = AsyncExitStack()
     try:
+        engine_target = target
+        if config.in_process:
+            from utils.bench.overhead import loaded_here
+
+            engine_target = await loaded.enter_async_context(loaded_here())
         for engine, drafter, k in config.configurations():  # load every model before anything is timed
             if engine == PROJECT and (drafter, ceiling(k), width(k)) not in decoders:
                 # Each configuration learns from its own answers only: a memory of its own.
-                decoder = await build_decoder(settings.engine.replace(k_max=ceiling(k), tree_width=width(k)), target,
-                                              config.target, drafter, memory=EngineMemory())
+                decoder = await build_decoder(settings.engine.replace(k_max=ceiling(k), tree_width=width(k)),
+                                              engine_target, config.target, drafter, memory=EngineMemory())
                 decoders[drafter, ceiling(k), width(k)] = decoder
                 await collect(decoder, GenerationRequest(prompt="Hello", max_tokens=4, k=2))
         if config.native:
@@ -332,6 +348,7 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     finally:
         for anchor in anchors.values():
             anchor.stop()
+        await loaded.aclose()
         await target.aclose()
     return data
 
