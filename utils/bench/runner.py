@@ -62,6 +62,7 @@ from utils.engine.drafters import NONE as STANDARD
 from utils.engine.drafters import model_free_drafters
 from utils.engine.memory import EngineMemory
 from utils.engine.request import GenerationRequest
+from utils.engine.target import Target
 from utils.hosts import servers
 from utils.sampling import SamplingOptions
 
@@ -287,7 +288,7 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     raw_prompts: dict[str, str] = {}
     loaded = AsyncExitStack()
     try:
-        engine_target = target
+        engine_target: Target = target
         if config.in_process:
             from utils.bench.overhead import loaded_here
 
