@@ -97,6 +97,32 @@ async def test_the_clairvoyant_ceiling_of_each_model_free_drafter_over_a_convers
         assert "again/1" in part and "again/2" in part and "median, turn 2" in part and "median, all" in part
 
 
+async def test_the_clairvoyant_ceiling_with_costs_measured_in_process(server_url, tmp_path, monkeypatch):
+    """`bench-ceiling --in-process`: a token's and a burst's costs from the embedded server loaded in this
+    process (what `bench --in-process` runs the engine on), the answers and drafts as over HTTP."""
+    from utils.bench.ceiling import measure
+    from utils.embedded.server import load_app
+
+    load_app()
+    from utils.embedded.http.target import InProcessTarget
+
+    bursts = []
+    next_tokens = InProcessTarget.next_tokens
+
+    async def counted(self, model, prompts, *args, **kwargs):
+        bursts.append(len(prompts))
+        return await next_tokens(self, model, prompts, *args, **kwargs)
+
+    monkeypatch.setattr(InProcessTarget, "next_tokens", counted)
+    prompts_file = tmp_path / "prompts.jsonl"
+    prompts_file.write_text(json.dumps(PROMPTS[0]) + "\n")
+    prompts = load_prompts(BenchConfig(prompts_file, SMALL, ["lookup"]))
+    report = await measure(server_url, SMALL, prompts, ["lookup"], k_max=2, repeat=1, in_process=True)
+    assert report.startswith(f"{SMALL}, lookup, a clairvoyant controller (K up to 2); costs (in process): ")
+    assert "burst, K=2" in report and "code-1" in report
+    assert sorted(set(bursts)) == [2, 3]  # K = 1 and 2 bursts, each a prompt more than its drafts, here
+
+
 async def test_the_clairvoyant_ceiling_of_a_draft_model_charges_its_drafting(server_url, tmp_path):
     from utils.bench.ceiling import measure
 

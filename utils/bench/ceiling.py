@@ -54,7 +54,7 @@ import statistics
 import sys
 import time
 from collections.abc import AsyncIterator
-from contextlib import ExitStack
+from contextlib import AsyncExitStack, ExitStack
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -80,6 +80,7 @@ from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
 from utils.engine.draft import Draft
 from utils.engine.drafters import Drafter, DraftSetup, build_drafter, model_free_drafters
+from utils.engine.target import Target
 from utils.engine.validator import node_prompts
 from utils.sampling import GREEDY
 
@@ -188,9 +189,22 @@ async def standard_turns(server: OllamaClient, target: str, prompts: list[dict],
 
 
 async def measure(url: str, target: str, prompts: list[dict], drafters: list[str], k_max: int, repeat: int,
-                  max_tokens: int | None = None, width: int = 1) -> str:
+                  max_tokens: int | None = None, width: int = 1, in_process: bool = False) -> str:
+    """The ceiling's report; with `in_process`, what a token and a burst cost is measured on the embedded
+    server loaded in this process (`cli.py serve`'s path, no HTTP), the answers still over HTTP."""
     server = OllamaClient(url, timeout=600.0)
-    bench = Bench(server, target, target)
+    async with AsyncExitStack() as loaded:
+        costs: Target = server
+        if in_process:
+            from utils.bench.overhead import loaded_here
+
+            costs = await loaded.enter_async_context(loaded_here())
+        return await _measure(server, Bench(costs, target, target, "in process" if in_process else ""), target,
+                              prompts, drafters, k_max, repeat, max_tokens, width)
+
+
+async def _measure(server: OllamaClient, bench: Bench, target: str, prompts: list[dict], drafters: list[str],
+                   k_max: int, repeat: int, max_tokens: int | None, width: int) -> str:
     try:
         bench.num_ctx = NUM_CTX
         setup = DraftSetup(server, target, server, EngineConfig())
@@ -218,11 +232,11 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
     finally:
         await server.aclose()
     return "\n\n".join(report(rows, answers[name], target, name, k_max, repeat, drafting[name], built[name].free,
-                              timed, width) for name in drafters)
+                              timed, width, bench.way) for name in drafters)
 
 
 def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str, k_max: int, repeat: int,
-           drafting: list[float], free: bool, timed: list[Draft] | None = None, width: int = 1) -> str:
+           drafting: list[float], free: bool, timed: list[Draft] | None = None, width: int = 1, way: str = "") -> str:
     """A model-free drafter's proposals cost microseconds; a draft model's rounds are charged its median
     seconds per drafted piece, K (a tree: its rows) of them, on top of the burst (wall and engine alike).
     An answer with a fourth element, its trees (`accepted_lengths`), gets the tree schedule's bounds
@@ -232,7 +246,8 @@ def report(rows: dict[str, Row], answers: list[tuple], target: str, drafter: str
     engine = {key: row.median().engine_ms + draft_ms * _k(key) for key, row in rows.items()}
     measured = sorted(_k(key) for key in rows if key.startswith("burst"))
     lines = [f"{target}, {drafter}, a clairvoyant controller (K up to {k_max}"
-             + (f", trees of up to {width - 1} branches" if width > 1 else "") + f"); costs: medians of {repeat} "
+             + (f", trees of up to {width - 1} branches" if width > 1 else "")
+             + f"); costs{f' ({way})' if way else ''}: medians of {repeat} "
              "interleaved rounds, wall ms / engine ms (x a standard token's engine time)"
              + (f", drafting included: {draft_ms:.1f} ms a piece" if draft_ms else "")]
     lines.append(f"  standard token {wall['standard']:7.1f} / {engine['standard']:6.1f}")
@@ -365,6 +380,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=1,
                         help="ask proposals for up to N - 1 branches and bound a tree schedule too (default 1: chains)")
     parser.add_argument("--host", default=None, help="an Ollama server (default: start the embedded server)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="measure what a token and a burst cost on the embedded server loaded in this process "
+                             "(cli.py serve's path), as `bench --in-process` runs the engine")
     args = parser.parse_args(argv)
     categories = args.category or (["edit", "summarize"] if args.prompts == PROMPTS else None)
     drafters = args.draft or ["lookup"]
@@ -382,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"error: {error.message}", file=sys.stderr)
                 return 1
         print(asyncio.run(measure(url, args.target, prompts, drafters, args.k_max, args.repeat, args.max_tokens,
-                                  args.width)))
+                                  args.width, args.in_process)))
     return 0
 
 
