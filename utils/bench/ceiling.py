@@ -29,6 +29,10 @@ aggregate over the sessions.
 
     python cli.py bench-ceiling --prompts prompts/agents.jsonl --draft suffix --max-tokens 512
 
+With `--in-process` a token's and a burst's costs are measured on the embedded server loaded in this
+process (`cli.py serve`'s path, as `bench --in-process` runs the engine); the answers and the drafts
+are the same either way.
+
 With `--width N` (> 1) each proposal is asked for up to N - 1 branches (a tree, issue 43), and beside
 the chain's bound the report gives a tree schedule's: at each position a standard token, a chain of
 K, or the tree `draft.head(K)`, which greedy verification follows down the main chain and, at its
