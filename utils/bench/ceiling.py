@@ -17,21 +17,17 @@ it knows every verdict before asking; where its speed-up is below a goal, the go
 for that drafter with this engine on this machine, whatever the controller does.
 
     python cli.py bench-ceiling [--target M] [--draft lookup --draft suffix] [--prompts FILE]
-        [--category edit summarize] [--limit 6] [--k-max 8] [--repeat 3] [--host URL]
+        [--category edit summarize] [--limit 6] [--k-max 8] [--repeat 3] [--host URL] [--in-process]
 
-It prints the measured costs, then per prompt the answer's length, the schedule's drafts and the
-bound, from wall times (what the decoding loop pays, HTTP included) and from the engine times the
-server reports (an ideal verifier), and beside them the speed-up of the eager rule llama.cpp's
-lookup follows (draft whatever is found, wherever it is found), with medians per category and over
-all prompts. A conversation or agent session is also reported whole: its turns' summed standard
-time over their summed schedule time (what the user waits for the session), with the median and the
-aggregate over the sessions.
+It prints the measured costs (`--in-process`: on the embedded server loaded in this process), then per
+prompt the answer's length, the schedule's drafts and the bound, from wall times (what the decoding loop
+pays, HTTP included) and from the engine times the server reports (an ideal verifier), and beside them the
+speed-up of the eager rule llama.cpp's lookup follows (draft whatever is found, wherever it is found), with
+medians per category and over all prompts. A conversation or agent session is also reported whole: its
+turns' summed standard time over their summed schedule time (what the user waits for the session), with the
+median and the aggregate over the sessions.
 
     python cli.py bench-ceiling --prompts prompts/agents.jsonl --draft suffix --max-tokens 512
-
-With `--in-process` a token's and a burst's costs are measured on the embedded server loaded in this
-process (`cli.py serve`'s path, as `bench --in-process` runs the engine); the answers and the drafts
-are the same either way.
 
 With `--width N` (> 1) each proposal is asked for up to N - 1 branches (a tree, issue 43), and beside
 the chain's bound the report gives a tree schedule's: at each position a standard token, a chain of
@@ -84,7 +80,6 @@ from utils.engine.client import OllamaClient
 from utils.engine.config import EngineConfig
 from utils.engine.draft import Draft
 from utils.engine.drafters import Drafter, DraftSetup, build_drafter, model_free_drafters
-from utils.engine.target import Target
 from utils.engine.validator import node_prompts
 from utils.sampling import GREEDY
 
@@ -194,21 +189,8 @@ async def standard_turns(server: OllamaClient, target: str, prompts: list[dict],
 
 async def measure(url: str, target: str, prompts: list[dict], drafters: list[str], k_max: int, repeat: int,
                   max_tokens: int | None = None, width: int = 1, in_process: bool = False) -> str:
-    """The ceiling's report; with `in_process`, what a token and a burst cost is measured on the embedded
-    server loaded in this process (`cli.py serve`'s path, no HTTP), the answers still over HTTP."""
     server = OllamaClient(url, timeout=600.0)
-    async with AsyncExitStack() as loaded:
-        costs: Target = server
-        if in_process:
-            from utils.bench.overhead import loaded_here
-
-            costs = await loaded.enter_async_context(loaded_here())
-        return await _measure(server, Bench(costs, target, target, "in process" if in_process else ""), target,
-                              prompts, drafters, k_max, repeat, max_tokens, width)
-
-
-async def _measure(server: OllamaClient, bench: Bench, target: str, prompts: list[dict], drafters: list[str],
-                   k_max: int, repeat: int, max_tokens: int | None, width: int) -> str:
+    bench = Bench(server, target, target)
     try:
         bench.num_ctx = NUM_CTX
         setup = DraftSetup(server, target, server, EngineConfig())
@@ -232,7 +214,13 @@ async def _measure(server: OllamaClient, bench: Bench, target: str, prompts: lis
             longest = max(longest, (text, tokens), key=lambda pair: len(pair[1]))
         timed = shapes(longest[1], k_max, width) if width > 1 else []
         largest = max([largest, *(tree.rows for tree in timed)])
-        rows = await measure_costs(bench, *longest, min(largest, MAX_ROWS), repeat, timed)
+        async with AsyncExitStack() as loaded:  # `in_process`: the costs on cli.py serve's path, no HTTP
+            if in_process:
+                from utils.bench.overhead import loaded_here
+
+                bench = Bench(await loaded.enter_async_context(loaded_here()), target, target, "in process")
+                bench.num_ctx = NUM_CTX
+            rows = await measure_costs(bench, *longest, min(largest, MAX_ROWS), repeat, timed)
     finally:
         await server.aclose()
     return "\n\n".join(report(rows, answers[name], target, name, k_max, repeat, drafting[name], built[name].free,

@@ -291,7 +291,6 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
         engine_target: Target = target
         if config.in_process:
             from utils.bench.overhead import loaded_here
-
             engine_target = await loaded.enter_async_context(loaded_here())
         for engine, drafter, k in config.configurations():  # load every model before anything is timed
             if engine == PROJECT and (drafter, ceiling(k), width(k)) not in decoders:
