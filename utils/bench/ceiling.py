@@ -60,6 +60,7 @@ from typing import Any, NamedTuple
 
 from config import get_settings
 from utils.bench.agents import STEP, step_kind
+from utils.bench.overhead import loaded_here
 from utils.bench.overhead_measure import Bench, Row, Sample, engine_ms
 from utils.bench.reasoning import split, tags_of, thinks
 from utils.bench.runner import BenchConfig, load_prompts
@@ -216,8 +217,6 @@ async def measure(url: str, target: str, prompts: list[dict], drafters: list[str
         largest = max([largest, *(tree.rows for tree in timed)])
         async with AsyncExitStack() as loaded:  # `in_process`: the costs on cli.py serve's path, no HTTP
             if in_process:
-                from utils.bench.overhead import loaded_here
-
                 bench = Bench(await loaded.enter_async_context(loaded_here()), target, target, "in process")
                 bench.num_ctx = NUM_CTX
             rows = await measure_costs(bench, *longest, min(largest, MAX_ROWS), repeat, timed)

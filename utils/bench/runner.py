@@ -50,6 +50,7 @@ import httpx
 from config import Settings
 from utils.bench.agents import STEP, session_problems, session_steps, step_kind
 from utils.bench.native import ANCHOR, NativeError, NativeServer, server_binary, speculation_args
+from utils.bench.overhead import loaded_here
 from utils.bench.reasoning import split, tags_of, think_problems, thinks, timed_answer
 from utils.bench.report import NATIVE, PROJECT, engine_of, same, summarize, write_report
 from utils.bench.stand_in import ensure, stand_in
@@ -290,7 +291,6 @@ async def _bench(settings: Settings, config: BenchConfig, out_dir: Path, progres
     try:
         engine_target: Target = target
         if config.in_process:
-            from utils.bench.overhead import loaded_here
             engine_target = await loaded.enter_async_context(loaded_here())
         for engine, drafter, k in config.configurations():  # load every model before anything is timed
             if engine == PROJECT and (drafter, ceiling(k), width(k)) not in decoders:
