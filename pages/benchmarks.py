@@ -7,7 +7,9 @@ import streamlit as st
 from utils.app.benchmarks import (
     DEFAULT_PROMPTS_PER_CATEGORY,
     DEFAULT_REPEATS,
+    TABLE_COLUMNS,
     ProgressText,
+    asks_text,
     estimate_panel,
     speedup_figure,
     summary_markdown,
@@ -62,6 +64,7 @@ if server is not None and choices is not None:
         try:
             folder = bench.run_bench(settings, config, progress=lambda done, total, label: bar.progress(
                 done / total if total else 1.0, text=words(done, total, label)))
+            bar.progress(1.0, text=words.saved())  # not "writing the report…" once it is written
             st.session_state.bench_run = str(folder)
             st.success(f"Benchmark saved in {folder}.")
         except Exception as error:  # noqa: BLE001 - a failed run must be a message, with what to do
@@ -86,7 +89,8 @@ if left_out:
 for name, figure in report.figures(run).items():
     if name != "speedup":  # drawn above, where it was measured beyond noise only
         st.plotly_chart(figure, key=f"bench-{name}")
-st.dataframe(summary_table(run["summary"]), hide_index=True)
+st.caption(asks_text(run["summary"]))
+st.dataframe(summary_table(run["summary"]), hide_index=True, column_config=TABLE_COLUMNS)
 with st.expander("The benchmark's full report"):
     st.markdown(run["report_md"])
 st.download_button("Download the summary (Markdown)", summary_markdown(run), f"{Path(chosen).name}.md",

@@ -88,7 +88,7 @@ def test_the_compare_headline_is_the_median_of_the_pairs_and_only_beyond_noise()
                               "×1.20 – ×1.40.")
     noisy = Headline([1.55, 0.98, 1.07])  # the issue's first pair ×1.55 beside a median of ×1.07
     assert not noisy.beyond_noise and "within noise, so no figure" in noisy.detail()
-    assert not Headline([1.55]).beyond_noise and "run 2 or more pairs" in Headline([1.55]).detail()
+    assert not Headline([1.55]).beyond_noise and "a single measurement" in Headline([1.55]).detail()
     pairs = [{"standard": stats(mode="standard", tokens_per_second=6.4), "speculative": stats(tokens_per_second=9.9)},
              {"standard": stats(mode="standard"), "speculative": stats(drafted_tokens=0)}]  # nothing drafted: left out
     assert speedups(pairs) == [9.9 / 6.4]
@@ -142,3 +142,55 @@ def test_a_thinking_answer_keeps_its_highlighted_reasoning_and_counts_it_apart(t
     assert pieces_html(message["thinking_pieces"]).count(DRAFT_SPAN) == 1  # " other than 1", on green
     assert stats_summary(answer).startswith("speculative (suffix): 10 answer tokens + 30 thinking tokens, ")
     assert stats_summary(stats(output_tokens=40)).startswith("speculative (suffix): 40 tokens, ")
+
+
+def test_a_pair_is_asked_again_once_a_drafter_that_remembers_answers_has_answered_the_prompt():
+    """Issue 52: suffix decoding copies its earlier answer to the same prompt; lookup and a draft model
+    remember nothing, so every answer of theirs is a first ask."""
+    from utils.app.asks import ask_kind, question, remember_answer
+    from utils.bench.first_asks import AGAIN, FIRST, remembers_answers
+
+    assert remembers_answers("suffix") and not any(map(remembers_answers, ("lookup", DRAFT, "none")))
+    url, text = "http://127.0.0.1:1", question([{"role": "user", "content": " Is 7 prime? "}])
+    assert text == "Is 7 prime?" and ask_kind(url, "t", "suffix", text) == FIRST
+    remember_answer(url, "t", stats(drafter="lookup", done_reason="stop"), text)
+    assert ask_kind(url, "t", "suffix", text) == FIRST  # lookup's answer taught suffix nothing
+    remember_answer(url, "t", stats(drafter="suffix", done_reason="stopped"), text)
+    assert ask_kind(url, "t", "suffix", text) == FIRST  # a stopped answer is not kept by the drafter
+    remember_answer(url, "t", stats(drafter="suffix", done_reason="stop"), text)
+    assert ask_kind(url, "t", "suffix", text) == AGAIN and ask_kind(url, "t", "lookup", text) == FIRST
+    assert ask_kind(url, "other", "suffix", text) == FIRST and ask_kind(url, "t", "suffix", "Is 9 prime?") == FIRST
+
+
+def test_the_benchmark_table_puts_first_asks_first_and_says_what_each_means():
+    rows = [row(ask="asked again", speedup=2.4, speedup_p25=2.2, speedup_p75=2.6), row(ask="first ask", speedup=1.0)]
+    table = summary_table(rows)
+    assert [r["asked"] for r in table] == ["first ask", "asked again"]
+    assert [r["verdict"] for r in table] == ["faster", "faster"]
+    from utils.app.benchmarks import asks_text
+
+    assert asks_text(rows).startswith("First ask: standard against speculative on each prompt asked for the first")
+    assert "Every speed-up here is of first asks" in asks_text(rows[1:])
+    figure, _ = speedup_figure([{**r, "category": "code"} for r in rows])
+    assert [trace.name for trace in figure.data] == ["suffix, K auto (asked again)", "suffix, K auto"]
+
+
+def test_a_chat_speedup_needs_a_like_for_like_baseline_and_says_what_it_compares(tmp_path):
+    """Issue 52: a baseline at another context length, or taken long before the answer, gives no figure."""
+    from utils.app.speed import remember_baseline, speedup_text
+
+    conversations = ConversationStore(tmp_path / "c.db")
+    measured_here = AnswerStats(mode="standard", target="t", prompt_tokens=40, output_tokens=48, done_reason="stop",
+                                tokens_per_second=10.0)
+    remember_baseline(conversations, "u", measured_here, "'Measure baseline'")
+    baseline = conversations.baseline("u", "t")
+    assert baseline is not None and baseline["context_tokens"] == 64
+    near = stats(prompt_tokens=300, output_tokens=100, tokens_per_second=15.0)
+    text = speedup_text(near, baseline, at=baseline["measured_at"])
+    assert text.startswith("speed-up ×1.50 (this answer's tokens/s) against the standard baseline 10.0 tokens/s")
+    assert "at 64 tokens of context" in text and "comparable context length (this answer: about 350 tokens)" in text
+    far = stats(prompt_tokens=3000, output_tokens=100, tokens_per_second=15.0)
+    assert "measured at 64 tokens of context and this answer ran at about 3050" in speedup_text(far, baseline)
+    later = baseline["measured_at"].replace(baseline["measured_at"][:4], str(int(baseline["measured_at"][:4]) + 1))
+    assert "hours before this answer" in speedup_text(near, baseline, at=later)
+    assert "measure it again" in speedup_text(near, {**baseline, "context_tokens": None})

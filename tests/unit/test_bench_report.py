@@ -235,3 +235,36 @@ def test_a_configuration_with_trees_reports_how_many_verifications_were_trees_an
              "branch_tokens": 2}]
     assert trees_markdown(rows)[3:5] == ["|---|---|---|---|---|", "| suffix | tree:3 | 38 | 5 | 2 |"]
     assert trees_markdown(rows[:1]) == []
+
+
+def _suffix_run(prompt: str, repeat: int, drafter: str, tps: float) -> dict:
+    stats = AnswerStats(mode="standard" if drafter == "none" else "speculative", target="t", output_tokens=40,
+                        total_seconds=40 / tps, drafted_tokens=0 if drafter == "none" else 30,
+                        accepted_tokens=0 if drafter == "none" else 20)
+    stats.finish(stats.total_seconds)
+    return {"prompt_id": prompt, "category": "code", "repeat": repeat, "engine": PROJECT, "drafter": drafter,
+            "k": "0" if drafter == "none" else "auto", "text": "same", "stats": stats.model_dump()}
+
+
+def test_repeats_of_a_drafter_that_remembers_answers_are_reported_apart_from_first_asks() -> None:
+    """Issue 52: suffix decoding copies its answer to the same prompt on the next repeat (×2.5 here) where
+    its first ask was no faster (×1.0): the first asks are the rows that count, the repeats apart."""
+    runs = [_suffix_run(p, repeat, drafter, tps) for repeat in (0, 1) for p in ("a", "b")
+            for drafter, tps in (("none", 10.0), ("suffix", 10.0 if repeat == 0 else 25.0))]
+    data = {"config": {"target": "t", "prompts_file": "p", "repeat": 2, "temperature": 0.0},
+            "machine": {"platform": "x", "cores": 2}, "started": "s", "runs": runs}
+    rows = {(r["ask"], r["category"]): r for r in summarize(data)}
+    assert set(rows) == {("first ask", "code"), ("first ask", "all"), ("asked again", "code"), ("asked again", "all")}
+    assert rows[("first ask", "code")]["speedup"] == pytest.approx(1.0) and rows[("first ask", "code")]["runs"] == 2
+    assert rows[("asked again", "code")]["speedup"] == pytest.approx(2.5)
+    text = report_markdown(data, summarize(data))
+    assert "First asks and repeats: 2 of 8 answers were asked again" in text
+    lines = text.splitlines()
+    assert any(line.startswith("| project | suffix (asked again) | auto | 10.0 | 25.0 | 2.50x") for line in lines)
+    assert any(line.startswith("| project | suffix | auto | 10.0 | 10.0 |") for line in lines)
+
+
+def test_a_report_without_repeats_says_every_answer_is_a_first_ask(data: dict) -> None:
+    """Lookup and a draft model remember no answer: repeated, their answers are all first asks."""
+    assert all(r["ask"] == "first ask" for r in summarize(data))
+    assert "every answer here is a first ask" in report_markdown(data, summarize(data))

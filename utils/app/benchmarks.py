@@ -15,6 +15,7 @@ from config import Settings
 from utils.app.runtime import explain, store
 from utils.app.speed import BASELINE_MAX_TOKENS, measure_baseline
 from utils.bench import runner as bench
+from utils.bench.first_asks import AGAIN, FIRST
 from utils.bench.report import measured, verdict
 from utils.errors import SpecError
 
@@ -74,8 +75,10 @@ class ProgressText:
 
     def __init__(self) -> None:
         self.started = time.monotonic()
+        self.total = 0
 
     def __call__(self, done: int, total: int, label: str) -> str:
+        self.total = total
         if label == "done":
             return f"All {total} answers done in {duration(time.monotonic() - self.started)}; writing the report…"
         left = ""
@@ -84,15 +87,28 @@ class ProgressText:
             left = f" · about {duration(elapsed / done * (total - done))} left"
         return f"Answer {done + 1} of {total}{left} · now: {label}"
 
+    def saved(self) -> str:
+        """The bar's last words, once the run has returned: its report is written."""
+        return f"All {self.total} answers done and the report saved, in {duration(time.monotonic() - self.started)}."
+
+
+# The table's columns wide enough for their names and values: Streamlit sizes a column by its first
+# rows and cut the longer names ("speculative tokens/s", the verdicts) with an ellipsis.
+TABLE_COLUMNS = {name: st.column_config.Column(name, width="small" if name == "asked" else "medium") for name in (
+    "configuration", "asked", "standard tokens/s", "speculative tokens/s", "speed-up (median)", "spread (25–75%)",
+    "verdict", "drafted tokens", "same text as standard")}
+
 
 def summary_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The report's summary rows, rounded and named for reading. A speed-up figure only where it was
-    measured beyond noise (`measured`); elsewhere the verdict says why not, and the spread stays."""
+    """The report's summary rows, rounded and named for reading, first asks before answers asked again
+    (`asked`: utils/bench/first_asks.py). A speed-up figure only where it was measured beyond noise
+    (`measured`); elsewhere the verdict says why not, and the spread stays."""
     table = []
-    for row in rows:
+    for row in sorted(rows, key=lambda row: row.get("ask") == AGAIN):  # stable: the report's order within each
         table.append({
             "category": row["category"],
             "configuration": bench.describe(row["engine"], row["drafter"], row["k"]),
+            "asked": row.get("ask", FIRST),
             "runs": row["runs"],
             "standard tokens/s": _rounded(row["standard_tps"], 1),
             "speculative tokens/s": _rounded(row["speculative_tps"], 1),
@@ -107,19 +123,30 @@ def summary_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return table
 
 
+def asks_text(rows: list[dict[str, Any]]) -> str:
+    """What the table's `asked` column means, in words, for this run."""
+    if not any(row.get("ask") == AGAIN for row in rows):
+        return ("Every speed-up here is of first asks: no drafter had seen an answer to its prompt before "
+                "(standard against speculative on each prompt asked for the first time).")
+    return ("First ask: standard against speculative on each prompt asked for the first time; the verdicts that "
+            "count are these. Asked again: a repeat of a prompt the drafter had already answered in this run "
+            "(suffix decoding remembers earlier answers and copies them), shown apart: it is not the speed of a "
+            "new question.")
+
+
 def speedup_figure(rows: list[dict[str, Any]]) -> tuple[go.Figure | None, list[str]]:
     """The speed-up per category and configuration, drawn only where it was measured beyond noise; and
     one line per row left out, saying why (under the chart, in full: a chart title cuts it off)."""
     figure = go.Figure()
     left_out = []
     per_category = [row for row in rows if row["category"] != "all"]
-    for configuration in dict.fromkeys((r["engine"], r["drafter"], r["k"]) for r in per_category):
-        mine = [r for r in per_category if (r["engine"], r["drafter"], r["k"]) == configuration]
+    for configuration in dict.fromkeys((r["engine"], r["drafter"], r["k"], r.get("ask", FIRST)) for r in per_category):
+        mine = [r for r in per_category if (r["engine"], r["drafter"], r["k"], r.get("ask", FIRST)) == configuration]
+        name = bench.describe(*configuration[:3]) + (f" ({AGAIN})" if configuration[3] == AGAIN else "")
         drawn = [r for r in mine if measured(r)]
-        left_out += [f"{r['category']}, {bench.describe(*configuration)}: {verdict(r)}" for r in mine
-                     if not measured(r)]
+        left_out += [f"{r['category']}, {name}: {verdict(r)}" for r in mine if not measured(r)]
         if drawn:
-            figure.add_bar(name=bench.describe(*configuration), x=[r["category"] for r in drawn],
+            figure.add_bar(name=name, x=[r["category"] for r in drawn],
                            y=[r["speedup"] for r in drawn],
                            error_y={"type": "data", "symmetric": False,
                                     "array": [r["speedup_p75"] - r["speedup"] for r in drawn],
@@ -127,8 +154,9 @@ def speedup_figure(rows: list[dict[str, Any]]) -> tuple[go.Figure | None, list[s
     if not figure.data:
         return None, left_out
     figure.add_hline(y=1.0, line_dash="dot")
-    figure.update_layout(title="Speed-up over standard generation (median, 25–75% of repeats)",
-                         yaxis_title="× standard", barmode="group")
+    # A short title on two lines: a long one is cut mid-word where the chart is narrow.
+    figure.update_layout(title={"text": "Speed-up over standard generation<br><sup>median, 25–75% of repeats</sup>"},
+                         yaxis_title="× standard", barmode="group", legend={"orientation": "h", "y": -0.2})
     return figure, left_out
 
 
@@ -143,7 +171,7 @@ def summary_markdown(run: dict[str, Any]) -> str:
     columns = list(table[0])
     lines = [header, "", "## Summary", "",
              "A speed-up is given only where the middle half of the repeats (25th to 75th percentile) leaves "
-             "out ×1.00; elsewhere the verdict says why not.", "",
+             "out ×1.00; elsewhere the verdict says why not.", "", asks_text(run["summary"]), "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join("" if row[c] is None else str(row[c]) for c in columns) + " |" for row in table]
     return "\n".join(lines) + "\n"

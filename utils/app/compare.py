@@ -13,9 +13,11 @@ import streamlit as st
 
 from config import Settings
 from utils.app.answer_view import Answer, answer_events, show_fallbacks, show_text, stream_answer
-from utils.app.runtime import explain, run, server, store
+from utils.app.asks import ask_kind, first_asks_measured, keep_first_asks, remember_answer
+from utils.app.runtime import explain, run, server
 from utils.app.sidebar import Choices
-from utils.app.speed import no_speedup_reason, remember_baseline
+from utils.app.speed import no_speedup_reason
+from utils.bench.first_asks import AGAIN, FIRST
 from utils.engine.drafters import NONE
 from utils.engine.events import DoneEvent, GenerationError
 from utils.engine.stats import AnswerStats
@@ -40,8 +42,9 @@ class Headline:
     def detail(self) -> str:
         """The pairs behind the headline, in words."""
         if len(self.ratios) == 1:
-            return (f"One pair: ×{self.ratios[0]:.2f}. One pair cannot tell a speed-up from this machine's noise: "
-                    "run 2 or more pairs for a figure.")
+            return (f"One pair: ×{self.ratios[0]:.2f}, a single measurement: it cannot tell a speed-up from this "
+                    "machine's noise. More pairs give a spread, except where the drafter remembers answers: "
+                    "there the later pairs are repeats.")
         low, high = min(self.ratios), max(self.ratios)
         verdict = "" if self.beyond_noise else (" — within noise, so no figure: the pairs disagree on whether "
                                                  "speculation is faster")
@@ -60,23 +63,29 @@ def compare(settings: Settings, url: str, choices: Choices, prompt: str, standar
     columns["speculative"].subheader(f"Speculative ({choices.drafter})")
     order = ["standard", "speculative"] if standard_first else ["speculative", "standard"]
     answers: dict[str, Answer] = {}
+    # Whether the drafter had answered this question before (suffix decoding copies its earlier answer):
+    # decided before the pair runs, and kept with it. No baseline is taken from the standard run here: it
+    # answers another prompt than Chat's, often from the server's cache (Chat's baseline stays its own).
+    ask = ask_kind(url, choices.target, choices.drafter, prompt.strip())
     for position, mode in enumerate(order):
         with columns[mode]:
             st.caption("ran first" if position == 0 else "ran second")
             answers[mode] = stream_answer(settings, url, choices, request, charts=False, highlight=True,
                                           drafter=NONE if mode == "standard" else choices.drafter)
-    if answers["standard"].stats:
-        remember_baseline(store(settings), url, answers["standard"].stats, "standard run on the Compare page")
-    pairs = [_pair(order, answers["standard"].stats, answers["speculative"].stats)]
+    remember_answer(url, choices.target, answers["speculative"].stats, prompt.strip())
+    pairs = [_pair(order, answers["standard"].stats, answers["speculative"].stats, ask)]
     notes: list[str] = []
     if repeats > 1 and all(answer.stats for answer in answers.values()):
         if reason := more_pairs_skipped(answers["speculative"].stats):
             notes.append(reason)
         else:
-            more, failure = _more_pairs(settings, url, choices, request, order, repeats - 1)
+            more, failure = _more_pairs(settings, url, choices, request, order, repeats - 1, prompt.strip())
             pairs += more
             notes += [failure] if failure else []
+    earlier = list(first_asks_measured(url, choices.target, prompt.strip()))
+    keep_first_asks(url, choices.target, prompt.strip(), speedups([p for p in pairs if p["ask"] == FIRST]))
     return {"prompt": prompt, "order": order, "temperature": choices.temperature, "pairs": pairs, "notes": notes,
+            "drafter": choices.drafter, "earlier_first_asks": earlier,
             **{mode: vars(answer) for mode, answer in answers.items()}}
 
 
@@ -88,12 +97,13 @@ def more_pairs_skipped(speculative: AnswerStats | None) -> str | None:
     return f"No more pairs were run: the speculative run {reason.replace('(why: above)', '(why: in its column)')}."
 
 
-def _pair(order: list[str], standard: AnswerStats | None, speculative: AnswerStats | None) -> dict[str, Any]:
-    return {"order": order, "standard": standard, "speculative": speculative}
+def _pair(order: list[str], standard: AnswerStats | None, speculative: AnswerStats | None,
+          ask: str = FIRST) -> dict[str, Any]:
+    return {"order": order, "standard": standard, "speculative": speculative, "ask": ask}
 
 
 def _more_pairs(settings: Settings, url: str, choices: Choices, request, order: list[str],
-                count: int) -> tuple[list[dict[str, Any]], str | None]:
+                count: int, text: str) -> tuple[list[dict[str, Any]], str | None]:
     """`count` more pairs, timed only (nothing drawn but a progress bar), alternating the order; and
     why they stopped short, if they did."""
     pairs: list[dict[str, Any]] = []
@@ -102,6 +112,7 @@ def _more_pairs(settings: Settings, url: str, choices: Choices, request, order: 
     for number in range(count):
         order = order[::-1]
         stats: dict[str, AnswerStats] = {}
+        ask = ask_kind(url, choices.target, choices.drafter, text)
         try:
             for mode in order:
                 stats[mode] = timed_answer(settings, url, choices, request, NONE if mode == "standard"
@@ -110,7 +121,8 @@ def _more_pairs(settings: Settings, url: str, choices: Choices, request, order: 
             failure = (f"Repeat {number + 1} failed, so the spread covers {len(pairs) + 1} pairs: "
                        f"{explain(error, settings)}")
             break
-        pairs.append(_pair(order, stats["standard"], stats["speculative"]))
+        remember_answer(url, choices.target, stats["speculative"], text)
+        pairs.append(_pair(order, stats["standard"], stats["speculative"], ask))
         bar.progress((number + 1) / count, text=f"Pair {number + 2} of {count + 1} done")
     bar.empty()
     return pairs, failure
@@ -147,8 +159,8 @@ def show_comparison(result: dict[str, Any]) -> None:
         show_text(column.container(), answer["text"], answer["pieces"], highlight=True)
         with column:
             show_fallbacks(answer["stats"])
-        if answer["note"]:
-            column.error(answer["note"])
+        if answer["note"]:  # a finished answer's note (Max tokens) a warning, as in Chat; a failure an error
+            (column.warning if answer["stats"] else column.error)(answer["note"])
     for note in result.get("notes", []):
         st.info(note)
     if not (standard["stats"] and speculative["stats"]):
@@ -156,22 +168,21 @@ def show_comparison(result: dict[str, Any]) -> None:
         return
     pairs = [pair for pair in result.get("pairs") or [] if pair["standard"] and pair["speculative"]]
     pairs = pairs or [_pair(result["order"], standard["stats"], speculative["stats"])]
+    # Short labels: a long one is cut mid-word in a quarter of the page.
     first, second, rate, speedup = st.columns(4)
-    first.metric("Time to first token, standard", _seconds(_median(p["standard"].time_to_first_token_s for p in pairs)))
-    second.metric("Time to first token, speculative",
-                  _seconds(_median(p["speculative"].time_to_first_token_s for p in pairs)))
-    rate.metric("Tokens/s, standard → speculative",
-                f"{_median(p['standard'].tokens_per_second for p in pairs):.1f} → "
+    first.metric("First token, standard", _seconds(_median(p["standard"].time_to_first_token_s for p in pairs)),
+                 help="seconds until the standard answer's first token (the median of the pairs)")
+    second.metric("First token, speculative", _seconds(_median(p["speculative"].time_to_first_token_s for p in pairs)),
+                  help="seconds until the speculative answer's first token (the median of the pairs)")
+    rate.metric("Tokens/s", f"{_median(p['standard'].tokens_per_second for p in pairs):.1f} → "
                 f"{_median(p['speculative'].tokens_per_second for p in pairs):.1f}",
-                help="the median of the pairs" if len(pairs) > 1 else None)
-    headline = Headline(speedups(pairs))
+                help="standard → speculative, the median of all the pairs, first asks and repeats")
     if reason := no_speedup_reason(speculative["stats"]):
         speedup.metric("Speed-up", "—", help="no figure where speculation hardly ran")
         st.info(f"No speed-up shown: {reason}.")
-    elif headline.ratios:
-        speedup.metric("Speed-up", f"×{headline.median:.2f}" if headline.beyond_noise else "—",
-                       help="the median of the pairs, shown where their range leaves out ×1.00")
-        st.caption(headline.detail())
+    else:
+        show_speedups(speedup, pairs, result.get("drafter") or speculative["stats"].drafter or "the drafter",
+                      result.get("earlier_first_asks") or [])
     if len(pairs) > 1:
         shown = pairs[0]
         st.caption(f"First pair (the texts above): {shown['standard'].tokens_per_second:.1f} → "
@@ -185,6 +196,38 @@ def show_comparison(result: dict[str, Any]) -> None:
     diff = difflib.unified_diff(standard["text"].splitlines(), speculative["text"].splitlines(),
                                 "standard", "speculative", lineterm="")
     st.code("\n".join(diff), language="diff")
+
+
+def show_speedups(slot, pairs: list[dict[str, Any]], drafter: str, earlier: list[float]) -> None:
+    """The headline (in `slot`): the speed-up of the first asks, pairs where the drafter had not seen an
+    answer to this prompt; under it, in words, what each figure compares, and the repeats' apart."""
+    first = Headline(speedups([p for p in pairs if p.get("ask", FIRST) == FIRST]))
+    again = Headline(speedups([p for p in pairs if p.get("ask") == AGAIN]))
+    if not any(p.get("ask", FIRST) == FIRST for p in pairs):
+        slot.metric("Speed-up, first ask", "—", help="no pair here was a first ask: see under the figures")
+        before = f" (its first ask: ×{statistics.median(earlier):.2f}, {_count(earlier)})" if earlier else ""
+        st.caption(f"First ask: none in this run. {drafter} answered this prompt before in this app{before}, "
+                   "so every pair here is a repeat.")
+    elif first.ratios:
+        # One first ask is all a prompt has with a drafter that remembers answers: its figure is the
+        # headline, said to be one pair; more pairs give one only where their range leaves out ×1.00.
+        shown = len(first.ratios) == 1 or first.beyond_noise
+        slot.metric("Speed-up, first ask", f"×{first.median:.2f}" if shown else "—",
+                    help="standard against speculative on this prompt asked for the first time")
+        st.caption(f"First ask ×{first.median:.2f} ({_count(first.ratios)}): standard against speculative on this "
+                   f"prompt asked for the first time ({drafter} had not seen an answer to it), the speed a new "
+                   "question gets.")
+        st.caption(first.detail())
+    if again.ratios:
+        low, high = min(again.ratios), max(again.ratios)
+        spread = f", range ×{low:.2f} – ×{high:.2f}" if len(again.ratios) > 1 else ""
+        st.caption(f"Asked again ×{again.median:.2f} ({_count(again.ratios)}, median{spread}): the same prompt "
+                   f"asked again after {drafter} had answered it; it remembers that answer and drafts a copy, so "
+                   "this is not the speed of a new question and the headline leaves it out.")
+
+
+def _count(ratios: list[float]) -> str:
+    return f"{len(ratios)} pair{'s' if len(ratios) != 1 else ''}"
 
 
 def _median(values: Iterable[float | None]) -> float | None:

@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS baselines (
     tokens_per_second REAL NOT NULL,
     how TEXT NOT NULL,    -- how it was measured, shown next to every speed-up
     measured_at TEXT NOT NULL,
+    context_tokens INTEGER,  -- the context it ran at (prompt and half the answer): a like-for-like check
     PRIMARY KEY (server, target)
 );
 CREATE TABLE IF NOT EXISTS preferences (
@@ -75,6 +76,8 @@ class ConversationStore:
                 db.execute("ALTER TABLE messages ADD COLUMN thinking TEXT")
             if "thinking_pieces" not in columns:  # from before thinking was speculated
                 db.execute("ALTER TABLE messages ADD COLUMN thinking_pieces TEXT")
+            if "context_tokens" not in {row["name"] for row in db.execute("PRAGMA table_info(baselines)")}:
+                db.execute("ALTER TABLE baselines ADD COLUMN context_tokens INTEGER")  # from before it was kept
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -163,12 +166,13 @@ class ConversationStore:
 
     # -- baselines -------------------------------------------------------------------------------
 
-    def set_baseline(self, server: str, target: str, tokens_per_second: float, how: str) -> None:
+    def set_baseline(self, server: str, target: str, tokens_per_second: float, how: str,
+                     context_tokens: int | None = None) -> None:
         with self._connect() as db:
             db.execute(
-                "INSERT OR REPLACE INTO baselines (server, target, tokens_per_second, how, measured_at)"
-                " VALUES (?, ?, ?, ?, ?)",
-                (server, target, tokens_per_second, how, now()),
+                "INSERT OR REPLACE INTO baselines (server, target, tokens_per_second, how, measured_at, context_tokens)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (server, target, tokens_per_second, how, now(), context_tokens),
             )
 
     def baseline(self, server: str, target: str) -> dict[str, Any] | None:

@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from utils.bench.first_asks import AGAIN, FIRST, asks, asks_in_words, remembers_answers
 from utils.bench.native import ENGINE as NATIVE
 from utils.bench.reasoning import thinking_markdown
 from utils.bench.stand_in import stand_in
@@ -91,47 +92,50 @@ def aggregate(pairs: list[tuple[AnswerStats, AnswerStats]], whole: bool = False)
 
 
 def summarize(data: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per category and configuration (and one 'all' row per configuration).
+    """One row per category and configuration (and one 'all' row per configuration), first asks apart
+    from answers asked again (`ask`, utils/bench/first_asks.py): a drafter that remembers answers copies
+    its earlier answer to the same prompt, which says nothing of a new question.
 
     Each engine's speculative runs are compared with that engine's own standard runs."""
     standard = _plain_runs(data)
+    kinds = {id(run): kind for run, kind in zip(data["runs"], asks(data["runs"]), strict=True)}
     rows = []
     configurations = sorted({(engine_of(r), r["drafter"], r["k"]) for r in data["runs"] if r["drafter"] != STANDARD},
                             key=lambda c: (c[0] != PROJECT, c))
     categories = sorted({r["category"] for r in data["runs"]}) + ["all"]
-    for engine, drafter, k in configurations:
-        for category in categories:
-            runs = [r for r in data["runs"] if (engine_of(r), r["drafter"], r["k"]) == (engine, drafter, k)
-                    and (category == "all" or r["category"] == category)
-                    and (engine, r["prompt_id"], r["repeat"]) in standard]
-            if not runs:
-                continue
-            pairs = [(stats_of(standard[(engine, r["prompt_id"], r["repeat"])]), stats_of(r)) for r in runs]
-            speedups = [decode_rate(s) and decode_rate(r) / decode_rate(s) for s, r in pairs]
-            total = merge([r for _, r in pairs])
-            spec_rounds = [x for _, r in pairs for x in r.rounds if x.k > 0 and x.drafted > 0]
-            std_seconds_per_token = _median([s.standard_seconds / s.output_tokens for s, _ in pairs if s.output_tokens])
-            bound = float("nan")
-            if spec_rounds:
-                tokens_per_second = sum(x.emitted for x in spec_rounds) / sum(x.seconds for x in spec_rounds)
-                bound = tokens_per_second * std_seconds_per_token
-            low, high = _quartiles(speedups)
-            speedup = _median(speedups)
-            rows.append({
-                "category": category, "engine": engine, "drafter": drafter, "k": k, "runs": len(runs),
-                "standard_tps": _median([decode_rate(s) for s, _ in pairs]),
-                "speculative_tps": _median([decode_rate(r) for _, r in pairs]),
-                "speedup": speedup, "speedup_p25": low, "speedup_p75": high, "aggregate": aggregate(pairs),
-                "drafted": total.drafted_tokens, "acceptance": total.acceptance_rate,
-                "mean_acceptance_length": total.mean_acceptance_length,
-                "accepted_per_verification": total.accepted_tokens / total.drafts if total.drafts else float("nan"),
-                "wasted": total.drafted_tokens - total.accepted_tokens,
-                "identical_rate": sum(same(standard[(engine, r["prompt_id"], r["repeat"])], r)
-                                      for r in runs) / len(runs),
-                "bound": bound, "of_bound": speedup / bound if bound and bound == bound else float("nan"),
-                "mean_k": statistics.fmean(total.k_history or [0]),
-                "verifications": total.drafts, "tree_rounds": total.tree_rounds, "branch_tokens": total.branch_tokens,
-            })
+    for (engine, drafter, k), ask, category in ((c, a, g) for c in configurations for a in (FIRST, AGAIN)
+                                                for g in categories):
+        runs = [r for r in data["runs"] if (engine_of(r), r["drafter"], r["k"]) == (engine, drafter, k)
+                and (category == "all" or r["category"] == category) and kinds[id(r)] == ask
+                and (engine, r["prompt_id"], r["repeat"]) in standard]
+        if not runs:
+            continue
+        pairs = [(stats_of(standard[(engine, r["prompt_id"], r["repeat"])]), stats_of(r)) for r in runs]
+        speedups = [decode_rate(s) and decode_rate(r) / decode_rate(s) for s, r in pairs]
+        total = merge([r for _, r in pairs])
+        spec_rounds = [x for _, r in pairs for x in r.rounds if x.k > 0 and x.drafted > 0]
+        std_seconds_per_token = _median([s.standard_seconds / s.output_tokens for s, _ in pairs if s.output_tokens])
+        bound = float("nan")
+        if spec_rounds:
+            tokens_per_second = sum(x.emitted for x in spec_rounds) / sum(x.seconds for x in spec_rounds)
+            bound = tokens_per_second * std_seconds_per_token
+        low, high = _quartiles(speedups)
+        speedup = _median(speedups)
+        rows.append({
+            "category": category, "engine": engine, "drafter": drafter, "k": k, "ask": ask, "runs": len(runs),
+            "standard_tps": _median([decode_rate(s) for s, _ in pairs]),
+            "speculative_tps": _median([decode_rate(r) for _, r in pairs]),
+            "speedup": speedup, "speedup_p25": low, "speedup_p75": high, "aggregate": aggregate(pairs),
+            "drafted": total.drafted_tokens, "acceptance": total.acceptance_rate,
+            "mean_acceptance_length": total.mean_acceptance_length,
+            "accepted_per_verification": total.accepted_tokens / total.drafts if total.drafts else float("nan"),
+            "wasted": total.drafted_tokens - total.accepted_tokens,
+            "identical_rate": sum(same(standard[(engine, r["prompt_id"], r["repeat"])], r)
+                                  for r in runs) / len(runs),
+            "bound": bound, "of_bound": speedup / bound if bound and bound == bound else float("nan"),
+            "mean_k": statistics.fmean(total.k_history or [0]),
+            "verifications": total.drafts, "tree_rounds": total.tree_rounds, "branch_tokens": total.branch_tokens,
+        })
     return rows
 
 
@@ -165,14 +169,15 @@ def _session_row(configuration: tuple[str, str, str], session: str, repeat: int 
     return {**dict(zip(("engine", "drafter", "k"), configuration, strict=True)), "session": session,
             "repeat": repeat, "steps": len(runs), "standard_s": standard, "speculative_s": speculative,
             "whole": aggregate(pairs, whole=True), "after_first_token": aggregate(pairs),
-            "identical": sum(same(s, r) for s, r in runs)}
+            "identical": sum(same(s, r) for s, r in runs),
+            "ask": f", {AGAIN}" if repeat and remembers_answers(configuration[1]) else ""}
 
 
 def _sessions_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     """The multi-turn sections: each configuration's speed-up per category (turn, or agent step kind)
     as median and aggregate, then per session."""
     categories = sorted({r["category"] for r in data["runs"] if "conversation" in r})
-    configurations = list(dict.fromkeys((r["engine"], r["drafter"], r["k"]) for r in rows))
+    configurations = list(dict.fromkeys((r["engine"], r["drafter"], r["k"], r["ask"]) for r in rows))
     lines = ["## By kind of turn: median (aggregate) speed-up after the first token", "",
              "Median: of the turns' speed-ups, as in the tables above. Aggregate: the standard's summed time "
              "after the first token over the speculative's, on the same turns (a long answer weighs more). "
@@ -181,8 +186,9 @@ def _sessions_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> list
              "| engine | drafter | K | " + " | ".join(categories) + " | all |",
              "|---|---|---|" + "---|" * (len(categories) + 1)]
     for configuration in configurations:
-        cells = {r["category"]: r for r in rows if (r["engine"], r["drafter"], r["k"]) == configuration}
-        lines.append("| " + " | ".join(configuration) + " | " + " | ".join(
+        cells = {r["category"]: r for r in rows if (r["engine"], r["drafter"], r["k"], r["ask"]) == configuration}
+        engine, drafter, k, ask = configuration
+        lines.append(f"| {engine} | {_drafter({'drafter': drafter, 'ask': ask})} | {k} | " + " | ".join(
             f"{cells[c]['speedup']:.2f}x ({cells[c]['aggregate']:.2f}x), {cells[c]['runs']}" if c in cells else "-"
             for c in [*categories, "all"]) + " |")
     lines += ["", "## Per session: whole-session time", "",
@@ -194,7 +200,7 @@ def _sessions_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> list
               "", "| engine | drafter | K | session | turns | standard s | speculative s | whole | after first token | "
               "identical |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sessions(data):
-        name = r["session"] if r["repeat"] in (0, None) else f"{r['session']} (repeat {r['repeat'] + 1})"
+        name = r["session"] if r["repeat"] in (0, None) else f"{r['session']} (repeat {r['repeat'] + 1}{r['ask']})"
         median = f", median {r['median_whole']:.2f}x" if "median_whole" in r else ""
         lines.append(f"| {r['engine']} | {r['drafter']} | {r['k']} | {name} | {r['steps']} | {r['standard_s']:.1f} | "
                      f"{r['speculative_s']:.1f} | {r['whole']:.2f}x{median} | {r['after_first_token']:.2f}x | "
@@ -219,6 +225,10 @@ def plain_decoding(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "identical_rate": sum(same(p, n) for p, n in mine) / len(mine),
             })
     return rows
+
+
+def _drafter(row: dict) -> str:
+    return f"{row['drafter']} ({AGAIN})" if row.get("ask") == AGAIN else row["drafter"]
 
 
 def _wasted(row: dict) -> str:
@@ -255,7 +265,7 @@ def _speedup_cell(row: dict[str, Any]) -> str:
 
 def trees_markdown(rows: list[dict[str, Any]]) -> list[str]:
     """How often a configuration with trees (`--k tree:W`) verified one, and what its branches gave."""
-    trees = [r for r in rows if r["category"] == "all" and r["k"].startswith("tree:")]
+    trees = [r for r in rows if r["category"] == "all" and r["k"].startswith("tree:") and r.get("ask") != AGAIN]
     if not trees:
         return []
     lines = ["## Trees", "", "| drafter | K | verifications | of them trees | accepted tokens from a branch |",
@@ -301,6 +311,8 @@ def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
         "verification: drafted tokens accepted per draft verified (vLLM's mean acceptance length is this + 1; "
         "llama.cpp's from its log); wasted: drafted tokens not accepted.",
         "",
+        asks_in_words(data["runs"]),
+        "",
     ]
     for category in sorted({r["category"] for r in rows}, key=lambda c: (c == "all", c)):
         lines += [f"## {category}", "",
@@ -309,7 +321,7 @@ def report_markdown(data: dict[str, Any], rows: list[dict[str, Any]]) -> str:
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in (r for r in rows if r["category"] == category):
             lines.append(
-                f"| {r['engine']} | {r['drafter']} | {r['k']} | {r['standard_tps']:.1f} | {r['speculative_tps']:.1f} | "
+                f"| {r['engine']} | {_drafter(r)} | {r['k']} | {r['standard_tps']:.1f} | {r['speculative_tps']:.1f} | "
                 f"{_speedup_cell(r)} | "
                 f"{format(r['acceptance'], '.0%') if r['drafted'] else '-'} | "
                 f"{_number(r['accepted_per_verification'])} | "
@@ -338,9 +350,11 @@ def figures(data: dict[str, Any]) -> dict[str, Any]:
 
     rows = [r for r in summarize(data) if r["category"] != "all"]
     speedup = go.Figure()  # a bar only where the speed-up was measured beyond noise (`measured`)
-    for engine, drafter, k in dict.fromkeys((r["engine"], r["drafter"], r["k"]) for r in rows):
-        mine = [r for r in rows if (r["engine"], r["drafter"], r["k"]) == (engine, drafter, k) and measured(r)]
-        label = f"{drafter} k={k}" if engine == PROJECT else f"{engine} {drafter} k={k}"
+    for engine, drafter, k, ask in dict.fromkeys((r["engine"], r["drafter"], r["k"], r["ask"]) for r in rows):
+        mine = [r for r in rows if (r["engine"], r["drafter"], r["k"], r["ask"]) == (engine, drafter, k, ask)
+                and measured(r)]
+        label = (f"{drafter} k={k}" if engine == PROJECT else f"{engine} {drafter} k={k}") + (
+            f" ({AGAIN})" if ask == AGAIN else "")
         speedup.add_bar(name=label, x=[r["category"] for r in mine], y=[r["speedup"] for r in mine],
                         error_y={"type": "data", "symmetric": False,
                                  "array": [r["speedup_p75"] - r["speedup"] for r in mine],
