@@ -26,7 +26,8 @@ def test_compare_runs_both_side_by_side(data_dir):
     assert DRAFT_COLOUR not in "".join(h.proto.body for h in columns[0].html)
     verdicts = [s.value for s in at.success] + [w.value for w in at.warning]
     assert any("identical" in v or "differ" in v for v in verdicts)
-    assert [m.label for m in at.metric][-1] == "Speed-up"
+    assert [m.label for m in at.metric][-1] == "Speed-up, first ask"  # lookup remembers no answer: all first asks
+    assert all(p["ask"] == "first ask" for p in at.session_state.comparison["pairs"])
     assert at.session_state.comparison["order"] == ["standard", "speculative"]
     # Three pairs (the default): the one shown, then two timed only, each in the other order.
     pairs = at.session_state.comparison["pairs"]
@@ -91,6 +92,32 @@ def test_compare_shows_the_median_and_spread_of_its_pairs_and_says_within_noise(
     # The tokens/s are the pairs' medians; the first pair's (shown above) are detail.
     assert at.metric[2].value == "20.0 → 24.0"
     assert "First pair (the texts above): 20.0 → 26.0 tokens/s." in captions
+
+
+def test_compare_headline_is_the_first_ask_and_repeats_are_shown_apart():
+    """Issue 52: a first ask (no faster) and two repeats the suffix drafter copied (×2.3, ×2.5)."""
+    def page():  # AppTest runs this function's source alone: it imports what it uses
+        from tests.support.app import speculative_stats
+        from utils.app.compare import show_comparison
+        from utils.engine.stats import AnswerStats
+
+        standard = AnswerStats(mode="standard", target="m", output_tokens=100, tokens_per_second=10.0)
+        pairs = [{"order": ["standard", "speculative"], "standard": standard, "ask": ask,
+                  "speculative": speculative_stats(100, 80, 60, [4] * 20, tokens_per_second=tps, drafter="suffix")}
+                 for ask, tps in (("first ask", 10.2), ("asked again", 23.0), ("asked again", 25.0))]
+        show_comparison({"order": pairs[0]["order"], "temperature": 0.0, "pairs": pairs, "drafter": "suffix",
+                         "standard": {"text": "a", "pieces": [], "stats": standard, "note": None},
+                         "speculative": {"text": "a", "pieces": [], "stats": pairs[0]["speculative"],
+                                         "note": "The answer stopped at Max tokens (100)"}})
+
+    at = AppTest.from_function(page, default_timeout=60).run()
+    assert not at.exception, at.exception
+    assert (at.metric[-1].label, at.metric[-1].value) == ("Speed-up, first ask", "×1.02")
+    captions = " ".join(c.value for c in at.caption)
+    assert ("First ask ×1.02 (1 pair): standard against speculative on this prompt asked for the first time "
+            "(suffix had not seen an answer to it)") in captions
+    assert "Asked again ×2.40 (2 pairs, median, range ×2.30 – ×2.50): the same prompt asked again" in captions
+    assert [w.value for w in at.warning if "Max tokens" in w.value] and not at.error  # a note, not an error
 
 
 def test_models_lists_installed_models_with_sizes(data_dir):

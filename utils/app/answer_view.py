@@ -212,7 +212,8 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
         if message.get("note"):
             st.warning(message["note"])
         if stats:
-            st.caption(f"{stats_summary(stats)} · {speedup_text(stats, message.get('baseline'))}")
+            speedup = speedup_text(stats, message.get("baseline"), message.get("created_at"))  # when it was made
+            st.caption(f"{stats_summary(stats)} · {speedup}")
             if charts:  # the last answer's charts in view, the others' one click away
                 st.plotly_chart(answer_figure(stats, message.get("baseline")))
             with st.expander("Stats"):
