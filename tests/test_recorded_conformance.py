@@ -38,13 +38,18 @@ from utils.engine.client import ContextFull, OllamaClient
 # stop reason, blocks or items and counts (`summary`).
 SHAPED = ["29-v1-messages", "30-v1-messages-stream", "31-v1-messages-tools", "32-v1-messages-tools-stream",
           "33-v1-responses", "34-v1-responses-stream", "35-v1-responses-tools", "36-v1-responses-tools-stream"]
+# Tool chats of qwen2.5-coder:1.5b, which Ollama renders with its library TEMPLATE and SYSTEM (71), as the
+# embedded server renders a bundled model: the same prompt (26's render byte for byte, the others'
+# prompt_eval_count) and, greedy, the same bare-JSON answer as content.
+TOOL_CHATS = ["22-chat-tools", "23-chat-tools-stream", "24-chat-tools-result", "25-chat-tools-write",
+              "26-chat-tools-render-only", "27-v1-chat-tools", "28-v1-chat-tools-stream"]
 CASES = [
     "01-version", "02-tags", "03-show-qwen2_5-coder_0_5b", "03-show-qwen2_5-coder_1_5b", "03-show-smollm2_135m",
     "04-generate-warmup", "05-generate-raw-logprobs", "06-generate-raw-logprobs-stream",
     "07-generate-raw-logprobs-8tok", "08-chat", "09-chat-debug-render-only", "10-generate-debug-render-only",
     "13-openai-chat-completions", "15-generate-raw-logprobs-qwen2_5-coder_1_5b",
     "15-generate-raw-logprobs-smollm2_135m", "16-generate-raw-think-false", "17-generate-raw-think-true",
-    "21-chat-context-full-truncate-false", *SHAPED,
+    "21-chat-context-full-truncate-false", *SHAPED, *TOOL_CHATS, "71-show-qwen2.5-coder-library-modelfile",
     "14-ps",  # last: after the generations have loaded models
 ]
 # Ollama's details.family and families are the GGUF's architecture (qwen2, llama); the embedded
@@ -70,11 +75,15 @@ DEVIATIONS: dict[str, list[str]] = {
                 ".models[].details.context_length: expected int, got nothing",
                 ".models[].details.embedding_length: expected int, got nothing", *FAMILIES[".models[]"]],
     # Ollama has no `parameters` where the model has none (qwen); smollm2 has Ollama's stop strings.
-    # `insert`: the recorded Ollama imported the bare GGUF (TEMPLATE {{ .Prompt }}, no .Suffix, so no
-    # fill-in-the-middle); the embedded server describes the Ollama library's qwen2.5-coder, which has it.
+    # `insert` and `system`: the recorded Ollama imported the bare GGUF (TEMPLATE {{ .Prompt }}, no
+    # .Suffix, so no fill-in-the-middle; no SYSTEM); the embedded server describes the Ollama library's
+    # qwen2.5-coder, which has both (71, where they agree).
     **{name: [".parameters: expected nothing, got str", *SHOW_DEVIATIONS, *QWEN_FAMILY[""],
-              ".capabilities: expected ['completion', 'tools'], got ['completion', 'insert', 'tools']"]
+              ".capabilities: expected ['completion', 'tools'], got ['completion', 'insert', 'tools']",
+              ".system: expected nothing, got str"]
        for name in ("03-show-qwen2_5-coder_0_5b", "03-show-qwen2_5-coder_1_5b")},
+    "71-show-qwen2.5-coder-library-modelfile": [".parameters: expected nothing, got str", *SHOW_DEVIATIONS,
+                                                *QWEN_FAMILY[""]],
     "03-show-smollm2_135m": [*SHOW_DEVIATIONS, *(line for line in FAMILIES[""] if "qwen" not in line)],
     # /v1/chat/completions with logprobs: true, top_logprobs: 3: Ollama gives each choice its logprobs
     # ({"content": [{token, logprob, bytes, top_logprobs}]}); utils/api/openai.py leaves them out.
@@ -88,12 +97,6 @@ DEVIATIONS: dict[str, list[str]] = {
     # Ollama 0.32 (llama-server) counts the end-of-turn token among the answer's tokens; the embedded
     # server counts the tokens of the text (as /api/chat's eval_count: the same on every endpoint).
     **{name: [".output_tokens: expected 3, got 2"] for name in SHAPED if "tools" not in name},
-    # The embedded server renders the tools with the GGUF's own (Jinja) template, as /api/chat does
-    # (22's request counts 173 prompt tokens there, 163 in Ollama, whose library template is a Go one
-    # that prints the tool as a Go struct: 26): another prompt, and qwen2.5-coder:1.5b answers the call
-    # as fenced JSON, 28 tokens, where it answered Ollama bare JSON in 17 (content either way: no call).
-    **{name: [".input_tokens: expected 163, got 172", ".output_tokens: expected 17, got 28"]
-       for name in SHAPED if "tools" in name},
 }
 
 
@@ -242,6 +245,11 @@ def meaning(exchange: Exchange, got: Any) -> list[str]:
         if sorted(got.get("capabilities") or []) != sorted(expected["capabilities"]):
             found.append(f".capabilities: expected {sorted(expected['capabilities'])}, "
                          f"got {sorted(got.get('capabilities') or [])}")
+        if "system" in expected:  # 71, the library Modelfile: the same template, system and their lines
+            found += [f".{key}: another {key}" for key in ("template", "system") if got.get(key) != expected[key]]
+            lines = expected["modelfile"].split("\n", 5)[5].rstrip("\n")  # after the comments and FROM
+            if not str(got.get("modelfile")).split("\n", 1)[-1].startswith(lines):
+                found.append(".modelfile: other TEMPLATE and SYSTEM lines")
     return sorted(set(found))
 
 

@@ -5,7 +5,7 @@ answers bare JSON or a ```json fence, whatever the system message (the tag asked
 the history (earlier calls, which the template renders in the tag) or a request to repeat a tagged call
 says (27 chats on each model, 2026-11-27; after two tagged calls in the history the tag is not among the
 first token's three likeliest). Ollama returns such answers as content (recordings 22-28), so no test
-of the tag would see a call. This stand-in is qwen2.5-coder:0.5b with its own Jinja template, `<tool_call>`
+of the tag would see a call. This stand-in is qwen2.5-coder:0.5b with its GGUF's own Jinja template, `<tool_call>`
 and `</tool_call>` replaced by a ```json fence: the parser's tag becomes "```json" (Ollama's parseTag
 reads it from the template, utils/tool_calls.tool_tag), and the model's own fenced answer is a call
 that upstream's parser reads as a tagged call.
@@ -51,13 +51,20 @@ def write_gguf(path: Path, template: str) -> Path:
     return path
 
 
+def gguf_template() -> str:
+    """DRAFT's own chat template, from its GGUF (its /api/show has the Ollama library's Go template)."""
+    import gguf
+
+    reader = gguf.GGUFReader(ModelStore(Settings().models_dir).path(DRAFT), "r")
+    return str(reader.get_field(gguf.Keys.Tokenizer.CHAT_TEMPLATE).contents())
+
+
 @contextmanager
 def fenced_server(folder: Path, speculation: bool = False, args: tuple[str, ...] = ()) -> Iterator[str]:
     """The URL of a server of its own (own_server.py: the user's data folder is never written) that
     has DRAFT and the stand-in FENCED, created through the real /api/create."""
     with own_server(folder, (DRAFT,), speculation, args) as url:
-        template = httpx.post(f"{url}/api/show", json={"model": DRAFT}, timeout=60).json()["template"]
-        path = write_gguf(folder / "fenced.gguf", fenced(template))
+        path = write_gguf(folder / "fenced.gguf", fenced(gguf_template()))
         created = httpx.post(f"{url}/api/create", json={"model": FENCED, "from": str(path), "stream": False},
                              timeout=300)
         created.raise_for_status()

@@ -71,8 +71,11 @@ EXCHANGES: dict[str, tuple[str, str]] = {
         [("POST", "/api/show")] + [("POST", "/api/chat")] * 7 + [("POST", "/api/generate")] * 2
         + [("POST", "/v1/chat/completions")] * 2 + [("POST", "/api/chat")])},
     **{f"{n}": ("POST", "/api/generate") for n in range(63, 68)}, "68": ("POST", "/api/chat"),
-    "69": ("POST", "/api/chat"), "70": ("POST", "/v1/chat/completions"),
+    "69": ("POST", "/api/chat"), "70": ("POST", "/v1/chat/completions"), "71": ("POST", "/api/show"),
 }
+# Served only when `only` names them: 71 is a second /api/show of qwen2.5-coder:1.5b (created with the
+# Ollama library's TEMPLATE and SYSTEM), so that the same request gets 03 (the GGUF imported) by default.
+ASKED_ONLY = ("71",)
 IDENTIFYING = ("model", "prompt", "messages", "stream", "think", "verbose", "_debug_render_only", "max_tokens")
 IDENTIFYING_OPTIONS = ("num_predict", "num_ctx")
 
@@ -259,7 +262,8 @@ class RecordedOllama:
     """The replay server. `only`: prefixes of the exchanges to serve (default: all of them)."""
 
     def __init__(self, only: list[str] | None = None):
-        chosen = [n for n in names() if only is None or any(n.startswith(prefix) for prefix in only)]
+        chosen = [n for n in names() if any(n.startswith(prefix) for prefix in only)] if only is not None \
+            else [n for n in names() if not n.startswith(ASKED_ONLY)]
         self.exchanges = [load(name) for name in chosen]
         self.served: dict[str, int] = {}
         self.received: list[Received] = []

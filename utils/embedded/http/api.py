@@ -40,12 +40,12 @@ from utils.embedded.http.capabilities import (
 from utils.embedded.http.chat_prompt import fit_messages, render_chat
 from utils.embedded.http.state import EmbeddedState, state_of
 from utils.embedded.http.thinking import refuse_format, splitter, think_mode
-from utils.embedded.http.tools import chat_tools
+from utils.embedded.http.tools import chat_template, chat_tools
 from utils.embedded.runtime import model_file
 from utils.embedded.runtime.loaded import LoadedModels
 from utils.embedded.runtime.runner import ModelRunner
 from utils.embedded.store.models import ModelSpec, ModelStore
-from utils.embedded.store.parameters import modelfile_lines, show_text
+from utils.embedded.store.parameters import command_line, modelfile_lines, show_text
 
 OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
 
@@ -110,13 +110,19 @@ async def show(body: ShowBody, request: Request) -> dict[str, Any]:
     info["general.parameter_count"] = info.get("general.parameter_count", 0)
     spec = store.spec(name)
     entry = _model_entry(spec)
+    # A bundled model's template and system prompt are its Ollama library family's (models.py); a
+    # user's GGUF shows its own chat template, as on Ollama.
+    template = spec.template or file.metadata.get("tokenizer.chat_template", "{{ .Prompt }}")
+    written = [command_line("TEMPLATE", spec.template)] if spec.template else []
+    written += [command_line("SYSTEM", spec.system)] if spec.system else []
     return {  # no `license`: Ollama leaves an empty one out, and no model here has one
-        "modelfile": "\n".join([f"FROM {path}", *modelfile_lines(spec.parameters)]),
+        "modelfile": "\n".join([f"FROM {path}", *written, *modelfile_lines(spec.parameters)]),
         "parameters": show_text(spec.parameters),
-        "template": file.metadata.get("tokenizer.chat_template", "{{ .Prompt }}"),
+        "template": template,
+        **({"system": spec.system} if spec.system else {}),
         "details": entry["details"],
         "model_info": info,
-        "capabilities": capabilities(file),
+        "capabilities": capabilities(file, spec.template),
         "modified_at": entry["modified_at"],
     }
 
@@ -132,7 +138,7 @@ async def loaded(request: Request, body: GenerateBody | ChatBody, empty: bool, *
         return final_response(body.model, "unload", None, 0.0, chat=chat, stream=body.stream)
     runner, load = await models.get(body.model, body.options.num_ctx, body.keep_alive)
     body.options = body.options.under(runner.parameters)
-    think = think_mode(body.model, runner.metadata.get("tokenizer.chat_template"), _think(body))
+    think = think_mode(body.model, chat_template(runner), _think(body))
     refuse_format(think, body.format)
     return runner, load, think
 

@@ -21,12 +21,13 @@ from utils.thinking import template_thinks as thinks
 NO_VISION = "this model is missing data required for image input"  # Ollama's ErrNoVisionModel
 
 
-def capabilities(file: ModelFile) -> list[str]:
-    """Ollama's `capabilities` in /api/show, for what this server implements, from the model's file."""
+def capabilities(file: ModelFile, template: str | None = None) -> list[str]:
+    """Ollama's `capabilities` in /api/show, for what this server implements, from the model's file and
+    its template (a Modelfile TEMPLATE, else the GGUF's own)."""
     found = ["embedding"] if any(key.endswith("pooling_type") for key in file.metadata) else ["completion"]
     if file.fim:
         found.append("insert")
-    template = file.metadata.get("tokenizer.chat_template")
+    template = template or file.metadata.get("tokenizer.chat_template")
     if offers_tools(template):
         found.append("tools")
     if thinks(template):

@@ -1,5 +1,8 @@
-"""A chat's prompt: the model's own chat template rendered (jinja2, sandboxed), and fitted to the
-context the way Ollama's chatPrompt fits it.
+"""A chat's prompt: the model's template rendered, and fitted to the context the way Ollama's
+chatPrompt fits it. A model with a Modelfile TEMPLATE (the bundled models carry their Ollama library
+family's, utils/embedded/store/ollama_library.json) renders with it and its SYSTEM as Ollama does
+(ollama_template.py); any other renders with its GGUF's own Jinja chat template (jinja2, sandboxed), as
+Ollama does for a model created FROM a GGUF alone.
 
 A chat longer than the context (`num_ctx`) drops its oldest turns first, keeping every system message
 and always the newest message; what is kept begins at a user message. A prompt that still does not
@@ -19,7 +22,9 @@ from typing import TYPE_CHECKING, Any
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from utils.api.http import ApiError
+from utils.embedded.http import ollama_template
 from utils.embedded.http.tools import tojson
+from utils.go_template import GoTemplateError
 
 if TYPE_CHECKING:  # for its type only: importing runner.py loads llama.cpp
     from utils.embedded.runtime.runner import ModelRunner
@@ -49,8 +54,13 @@ def _compiled(template: str) -> Any:
 
 def render_chat(runner: ModelRunner, messages: Messages, tools: list[dict[str, Any]] | None = None,
                 think: bool | None = None) -> str:
-    """The exact prompt the model's own chat template makes, ending where the assistant speaks; a
-    thinking model's template gets `enable_thinking` (thinking.py), others nothing more."""
+    """The exact prompt the model's template makes, ending where the assistant speaks; a thinking
+    model's Jinja template gets `enable_thinking` (thinking.py), others nothing more."""
+    if runner.template:
+        try:
+            return ollama_template.render(runner.template, runner.system, messages, tools, think)
+        except GoTemplateError as error:  # as Ollama, whose template.Execute fails the request
+            raise ApiError(f"template: {error}", 500) from None
     template = runner.metadata.get("tokenizer.chat_template")
     if not template:  # a base model: plain concatenation, as Ollama's default "{{ .Prompt }}"
         return "".join(m["content"] for m in messages)

@@ -1,8 +1,8 @@
 """Tools on the embedded server: which models take them, the request's tools for the template, and
 `tojson` for the templates. The calls in an answer are parsed as Ollama 0.32.15 parses them, by
-utils/tool_calls.py (a port of Ollama's tools/tools.go), with the tag read from the GGUF's template
-(`<tool_call>` for Qwen 2.5): a call written without its tag, as the bare JSON that
-qwen2.5-coder:1.5b often answers, is content, as Ollama returns it.
+utils/tool_calls.py (a port of Ollama's tools/tools.go), with the tag read from the model's template
+(its Modelfile TEMPLATE, else its GGUF's: `<tool_call>` for Qwen 2.5): a call written without its
+tag, as the bare JSON that qwen2.5-coder:1.5b answers, is content, as Ollama returns it.
 """
 
 from __future__ import annotations
@@ -23,9 +23,14 @@ def offers_tools(template: str | None) -> bool:
     return template is not None and "tools" in template
 
 
+def chat_template(runner: ModelRunner) -> str | None:
+    """The template the model's chats render with (chat_prompt.py): its Modelfile TEMPLATE, else its GGUF's."""
+    return runner.template or runner.metadata.get("tokenizer.chat_template")
+
+
 def tool_call_tag(runner: ModelRunner) -> str:
-    """The text that starts a call in the model's answers, read from its GGUF's chat template."""
-    return tool_tag(runner.metadata.get("tokenizer.chat_template") or "")
+    """The text that starts a call in the model's answers, read from its chat template."""
+    return tool_tag(chat_template(runner) or "")
 
 
 def chat_tools(runner: ModelRunner, body: ChatBody) -> list[dict[str, Any]] | None:
@@ -34,7 +39,7 @@ def chat_tools(runner: ModelRunner, body: ChatBody) -> list[dict[str, Any]] | No
         return None
     if not isinstance(body.tools, list) or not all(isinstance(t, dict) for t in body.tools):
         raise ApiError("invalid request: tools must be a list of objects", 400)
-    if not offers_tools(runner.metadata.get("tokenizer.chat_template")):
+    if not offers_tools(chat_template(runner)):
         raise ApiError(f"registry.ollama.ai/library/{body.model} does not support tools", 400)
     return body.tools
 

@@ -97,13 +97,15 @@ class LoadedModels:
         if (runner := self.ready(name, num_ctx, keep_alive)) is not None:  # asked by another of its names
             return runner, 0.0
         self.residency.touch(name, keep_alive)  # an invalid keep_alive is a 400 before anything loads
-        parameters = self.store.spec(name).parameters
+        spec = self.store.spec(name)
+        parameters = spec.parameters
         wanted = num_ctx or _num_ctx(parameters)
 
         def make(path: Path) -> ModelRunner:
             loaded = ModelRunner(name, path, wanted, self.threads, self.batch, self.fast_batches, self.gpu_layers,
                                  self.parallel)
             loaded.parameters = parameters
+            loaded.template, loaded.system = spec.template, spec.system
             return loaded
 
         return await self._load(name, wanted, keep_alive, self.runners, "", make)

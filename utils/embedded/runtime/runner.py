@@ -48,6 +48,9 @@ class ModelRunner:
                  fast_batches: bool = False, gpu_layers: int = -1, parallel: int = 4):
         self.name, self.path, self.num_ctx = name, path, num_ctx
         self.parameters: dict[str, object] = {}  # the name's Modelfile parameters (LoadedModels sets them)
+        # Its Modelfile TEMPLATE (Go) and SYSTEM (LoadedModels sets them); None: the GGUF's own template.
+        self.template: str | None = None
+        self.system = ""
         # With a GPU backend (a CUDA or Metal build) the layers live on the GPU: -1 means all of them.
         # On a CPU-only build llama.cpp ignores the setting; it is set to 0 so that /api/ps says so.
         self.gpu_layers = gpu_layers if llama_cpp.llama_supports_gpu_offload() else 0

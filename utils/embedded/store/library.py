@@ -87,8 +87,9 @@ def _inside(path: Path, folder: Path) -> bool:
 
 def copy_model(store: ModelStore, source: str, destination: str,
                parameters: dict[str, Any] | None = None) -> ModelSpec:
-    """Ollama's /api/copy: `destination` serves the same file as `source`, with its parameters; those
-    given here replace the source's of the same name (a create FROM a model, as Ollama's setParameters)."""
+    """Ollama's /api/copy: `destination` serves the same file as `source`, with its parameters, template
+    and system prompt; the parameters given here replace the source's of the same name (a create FROM a
+    model, as Ollama's setParameters)."""
     try:
         spec = store.spec(source)
     except ModelError:
@@ -107,7 +108,7 @@ def copy_model(store: ModelStore, source: str, destination: str,
                 shutil.copyfile(path, blob)
         path = blob
     store.registry.put(wanted, path, spec.size, spec.sha256, f"a copy of {spec.name}",
-                       {**spec.parameters, **(parameters or {})})
+                       {**spec.parameters, **(parameters or {})}, spec.template, spec.system)
     return store.spec(wanted)
 
 

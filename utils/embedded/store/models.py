@@ -24,6 +24,7 @@ from utils.embedded.store.registry import Registry
 from utils.errors import SpecError
 
 CATALOGUE_PATH = Path(__file__).with_name("models.json")
+LIBRARY_PATH = Path(__file__).with_name("ollama_library.json")  # Ollama's library Modelfiles, by family
 Progress = Callable[[str], None]
 Joined = Callable[[int, int], None]  # (bytes written, total bytes)
 
@@ -48,8 +49,13 @@ class ModelSpec:
     size: int
     sha256: str
     registered: bool = False  # a user's own GGUF (registry.py), not a catalogue model
-    # Its Modelfile parameters (parameters.py); a catalogue model has none.
+    # Its Modelfile parameters (parameters.py); a catalogue model has its library family's (none yet).
     parameters: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    # Its Modelfile TEMPLATE (a Go template) and SYSTEM: a catalogue model's are Ollama's library ones
+    # for its family (ollama_library.json); None renders with the GGUF's own chat template, as Ollama
+    # does for a model created FROM a GGUF alone.
+    template: str | None = field(default=None, hash=False, compare=False)
+    system: str = field(default="", hash=False, compare=False)
 
     @property
     def family(self) -> str:
@@ -58,6 +64,7 @@ class ModelSpec:
 
 def load_catalogue() -> dict[str, ModelSpec]:
     raw = json.loads(CATALOGUE_PATH.read_text())["models"]
+    library = json.loads(LIBRARY_PATH.read_text())["families"]
     return {
         name: ModelSpec(
             name=name,
@@ -66,6 +73,9 @@ def load_catalogue() -> dict[str, ModelSpec]:
             parts=tuple(Part(**part) for part in entry["parts"]),
             size=entry["size"],
             sha256=entry["sha256"],
+            parameters=dict(library[entry["library"]]["parameters"]) if "library" in entry else {},
+            template=library[entry["library"]]["template"] if "library" in entry else None,
+            system=library[entry["library"]]["system"] if "library" in entry else "",
         )
         for name, entry in raw.items()
     }
@@ -110,7 +120,8 @@ class ModelStore:
             raise ModelError(f"model '{wanted}' not found")
         return ModelSpec(name=wanted, file=entry["path"], description=f"registered from {entry['source']}",
                          parts=(), size=entry["size"], sha256=entry["sha256"], registered=True,
-                         parameters=entry.get("parameters") or {})
+                         parameters=entry.get("parameters") or {}, template=entry.get("template"),
+                         system=entry.get("system") or "")
 
     def path(self, name: str) -> Path:
         spec = self.spec(name)

@@ -125,3 +125,9 @@ def show_text(parameters: dict[str, Any]) -> str:
 def modelfile_lines(parameters: dict[str, Any]) -> list[str]:
     """The Modelfile's `PARAMETER name value` lines, as /api/show's `modelfile` writes them."""
     return [f"PARAMETER {name} {_go_value(value, quoted=False)}" for name, value in _lines(parameters)]
+
+
+def command_line(command: str, value: str) -> str:
+    """A Modelfile line such as TEMPLATE or SYSTEM with its text, quoted as Ollama's parser.quote quotes
+    it (only where its lines or edge spaces need it)."""
+    return f"{command} {_go_value(value, quoted=False)}"

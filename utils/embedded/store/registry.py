@@ -18,7 +18,8 @@ REGISTRY_FILE = "registered.json"
 
 class Registry:
     """name -> {"path", "size", "sha256", "source", "parameters"} (the Modelfile parameters of that
-    name, parameters.py); every change is written at once, atomically."""
+    name, parameters.py) and, for a copy of a model that has them, its "template" and "system"; every
+    change is written at once, atomically."""
 
     def __init__(self, models_dir: Path):
         self.path = models_dir / REGISTRY_FILE
@@ -46,11 +47,13 @@ class Registry:
         return self._read()
 
     def put(self, name: str, path: Path, size: int, sha256: str, source: str,
-            parameters: dict[str, Any] | None = None) -> None:
+            parameters: dict[str, Any] | None = None, template: str | None = None, system: str = "") -> None:
         with self._lock:
             entries = self._read()
             entries[name] = {"path": str(path), "size": size, "sha256": sha256, "source": source,
                              "parameters": parameters or {}}
+            if template is not None:
+                entries[name].update(template=template, system=system)
             self._write(entries)
 
     def remove(self, name: str) -> dict[str, Any] | None:
