@@ -64,6 +64,17 @@ def test_format_json_gives_a_json_object_and_a_schema_with_constraints_is_kept(s
     jsonschema.validate(json.loads(answer.response), schema)
 
 
+def test_a_json_answer_ends_at_its_closing_brace(server_url):
+    """Ollama's "json" grammar allows no whitespace after the object, so the answer stops there
+    (recording 63: `done_reason` "stop"). A prompt of objects each followed by blank lines asks the
+    model for exactly that whitespace: a grammar that allowed it ran on to the token limit."""
+    prompt = "".join(f'{{"n": {n}}}\n\n\n\n\n\n' for n in range(1, 6))
+    answer = ollama.Client(host=server_url).generate(model=STRUCTURED, prompt=prompt, raw=True, format="json",
+                                                     options={"temperature": 0, "num_predict": 60})
+    assert json.loads(answer.response) == {"n": 6} and answer.response.endswith("}")
+    assert answer.done_reason == "stop" and answer.eval_count < 20, answer
+
+
 def test_a_format_that_is_neither_json_nor_a_schema_is_refused(server_url):
     """As Ollama: a format that is not one is a 400; a schema that llama.cpp cannot turn into a grammar
     Ollama's 500 "invalid JSON schema in format", and so is one whose pattern it would let any string

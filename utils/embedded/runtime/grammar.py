@@ -34,17 +34,20 @@ if TYPE_CHECKING:
 # The layout of llama.cpp's llama_token_data: id, logit, p.
 _TOKEN_DATA = np.dtype([("id", np.int32), ("logit", np.float32), ("p", np.float32)])
 
-# `format: "json"`: any JSON object, with the rules of Ollama's grammar for it (llm/server.go): `/`
-# escapes, numbers of any length, and whitespace as any run of spaces, tabs and newlines.
+# `format: "json"`: any JSON object, in the language of Ollama's grammar for it (llm/llama_server.go
+# grammarJSON): `/` escapes, numbers of any length, whitespace as any run of spaces, tabs and
+# newlines inside the object, and none after it: the answer ends at its closing brace, where only
+# the end of the text is allowed (a grammar that allowed whitespace there let the model run on in
+# newlines to its token limit where Ollama stops).
 GRAMMAR_JSON = r"""
 root ::= object
 value ::= object | array | string | number | ("true" | "false" | "null") ws
-object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? "}" ws
-array ::= "[" ws ( value ("," ws value)* )? "]" ws
+object ::= "{" ws ( string ":" ws value ("," ws string ":" ws value)* )? ws "}"
+array ::= "[" ws ( value ("," ws value)* )? ws "]"
 string ::= "\"" (
   [^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F] [0-9a-fA-F])
-)* "\"" ws
-number ::= ("-"? ([0-9] | [1-9] [0-9]*)) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? ws
+)* "\""
+number ::= ("-"? ([0-9] | [1-9] [0-9]*)) ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
 ws ::= ([ \t\n] ws)?
 """
 INVALID_SCHEMA = "invalid JSON schema in format"  # Ollama's message, with its status 500
