@@ -135,3 +135,19 @@ def test_refusals_are_in_each_apis_error_shape(served):
                                extra_headers=OFF)
     reply = httpx.post(f"{served}/v1/responses", json={"model": DRAFT, "input": [{"type": "nope"}]}, timeout=60)
     assert reply.status_code == 400 and reply.json()["error"]["message"] == 'input[0]: unknown input item type: "nope"'
+
+
+def test_claude_codes_effort_is_relaxed_and_speculated(served):
+    """Claude Code sends `output_config.effort: "high"` and `thinking: {"type": "adaptive"}` on every
+    request. Ollama turns the effort into `think` and relaxes it for a model that cannot think
+    (anthropic.go, routes.go `relax_thinking`): the answer is the one without them, and so it is
+    speculated, as the same request without them is."""
+    body = {"model": DRAFT, "max_tokens": TOKENS, "temperature": 0, "system": SYSTEM, "messages": ASK}
+    claude = {**body, "output_config": {"effort": "high"}, "thinking": {"type": "adaptive"}}
+    standard = httpx.post(f"{served}/v1/messages", json=body, headers=OFF, timeout=600).json()
+    before = drafted(served, "/v1/messages")
+    answer = httpx.post(f"{served}/v1/messages", json=claude, timeout=600).json()
+    assert (answer["content"], answer["stop_reason"]) == (standard["content"], standard["stop_reason"])
+    assert drafted(served, "/v1/messages")[1] == before[1] + 1
+    forwarded = 'spec_proxy_forwarded_total{endpoint="/v1/messages",reason="thinking"}'
+    assert forwarded not in httpx.get(f"{served}/metrics", timeout=30).text

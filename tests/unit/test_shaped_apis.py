@@ -17,6 +17,7 @@ from tests.support.recorded import load, sse_events
 from utils.api import anthropic, responses
 from utils.api.openai import OpenAIError
 from utils.api.shaped_routes import MESSAGES, RESPONSES
+from utils.engine.planning import NO_THINKING_REASON
 
 MODEL = "qwen2.5-coder:1.5b"
 CALL = {"id": "call_abc", "function": {"index": 0, "name": "get_weather", "arguments": {"city": "Paris"}}}
@@ -148,6 +149,17 @@ def test_thinking_asked_of_a_model_without_it_is_relaxed_for_anthropic_only():
     assert anthropic.relaxed(chat, f'"{MODEL}" does not support thinking') == {"model": MODEL, "messages": []}
     assert anthropic.relaxed(chat, "model not found") is None
     assert RESPONSES.relax(chat, f'"{MODEL}" does not support thinking') is None
+
+
+def test_claude_codes_effort_is_relaxed_where_a_speculating_front_would_pass_it_on():
+    """Claude Code's every request: `effort: "high"` is `think: "high"` (anthropic.go); where the model
+    cannot think, the front's reason for passing it on to be refused relaxes it as the refusal does."""
+    body = {"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": "Hi"}],
+            "output_config": {"effort": "high"}, "thinking": {"type": "adaptive"}}
+    chat = anthropic.chat_body(body)
+    assert chat["think"] == "high"
+    relaxed = anthropic.relaxed(chat, NO_THINKING_REASON.format(model=MODEL))
+    assert relaxed == {key: value for key, value in chat.items() if key != "think"}
 
 
 def test_responses_requests_become_ollamas_chat():

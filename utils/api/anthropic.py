@@ -212,8 +212,9 @@ def chat_body(body: Any) -> dict[str, Any]:
 def relaxed(chat: dict[str, Any], message: str) -> dict[str, Any] | None:
     """Ollama's `relax_thinking` (server/routes.go ChatHandler): a Messages request that asks a model
     without thinking to think is answered without thinking, not refused. The chat body to answer
-    instead, where `message` is that refusal."""
-    if chat.get("think") not in (None, False) and message.endswith("does not support thinking"):
+    instead, where `message` is that refusal (or the reason a speculating front gives for passing the
+    request on to be refused: utils/engine/planning.py NO_THINKING_REASON)."""
+    if chat.get("think") not in (None, False) and "does not support thinking" in message:
         return {key: value for key, value in chat.items() if key != "think"}
     return None
 

@@ -31,7 +31,7 @@ THINKING_REASON = ("{why}, which the engine does not repeat: upstream answers {m
                    "(send `think: false` to have it speculated)")
 THINKING_FORMAT_REASON = ("`format` while {model} thinks: upstream constrains only the content, in a second pass "
                           "once the reasoning ends, which the engine does not repeat: upstream answers it")
-NO_THINKING_REASON = "{model} cannot think: upstream answers a request that asks it to (with its refusal)"
+NO_THINKING_REASON = '{model} cannot think: upstream refuses a request that asks it to ("does not support thinking")'
 TOOLS_REASON = "{why}, which the engine does not repeat: upstream answers this chat with tools itself"
 PARAMETERS_REASON = ("{model}'s own parameters ({names}) change token choice in ways speculation does not keep "
                      "exact: generated standard")

@@ -120,7 +120,10 @@ async def shaped_answer(request: Request, shape: Shape) -> Response:
     except ValueError as error:  # the translations' refusals (OpenAIError, AnthropicError) are ValueErrors
         return await passed_on(request, "", Forward("invalid", str(error)), body_bytes)
     decision = await decide(state_of(request), translated, shape.chat, client_of(request), request.url.path)
-    if isinstance(decision, Refused) and (relaxed := shape.relax(translated, decision.message)) is not None:
+    # A refusal the shape relaxes (Claude Code's `effort` asked of a model that cannot think, which
+    # Ollama answers without thinking) is decided again relaxed, here rather than upstream: speculated.
+    refusal = decision.message if isinstance(decision, Refused) else getattr(decision, "reason", "")
+    if refusal and (relaxed := shape.relax(translated, refusal)) is not None:
         decision = await decide(state_of(request), relaxed, shape.chat, client_of(request), request.url.path)
     if isinstance(decision, Forward):
         return await passed_on(request, translated["model"], decision, body_bytes)
