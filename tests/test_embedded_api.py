@@ -13,6 +13,7 @@ The tests share one server and so one loaded model per name: a test that loads a
 
 from __future__ import annotations
 
+import json
 import re
 
 import ollama
@@ -21,16 +22,19 @@ import pytest
 from config import get_settings
 from tests.support.embedded_api import COUNTING, DEFAULT_NUM_CTX, GREEDY, collect, greedy, http, restore_default_context
 from tests.support.models import SMALL, TARGET
+from tests.support.recorded import load
 from utils.embedded.store.models import ModelStore
 
 # -- model listing ---------------------------------------------------------------------------------
 
 
-async def test_version(server_url):
+async def test_version_is_the_ollama_whose_behaviour_the_server_follows(server_url):
+    """The recorded Ollama's (0.32.15): clients gate features on it (`codex exec --oss` needs 0.13.4)."""
     async with http(server_url) as h:
         response = await h.get("/api/version")
     assert response.status_code == 200
-    assert re.fullmatch(r"\d+\.\d+\.\d+", response.json()["version"])
+    assert response.json()["version"] == json.loads(load("01-version").body)["version"]
+    assert tuple(map(int, response.json()["version"].split("."))) >= (0, 13, 4)
 
 
 async def test_tags_lists_installed_models_with_their_file_sizes_and_digests(client):

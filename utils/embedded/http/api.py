@@ -47,7 +47,10 @@ from utils.embedded.runtime.runner import ModelRunner
 from utils.embedded.store.models import ModelSpec, ModelStore
 from utils.embedded.store.parameters import command_line, modelfile_lines, show_text
 
-OLLAMA_VERSION = "0.12.11"  # the Ollama release whose API this server implements
+# The Ollama release whose behaviour this server follows (the recordings in tests/data/ollama-recorded/
+# are of it). Clients gate features on it (`codex exec --oss` wants 0.13.4 or newer), and the engine's
+# own checks (utils/engine/planning.py) only ask for at least a version, so a newer one keeps them.
+OLLAMA_VERSION = "0.32.15"
 
 router = APIRouter()
 
