@@ -13,6 +13,7 @@ worker, or a `hold` (a speculated answer, whose rounds are many jobs with gaps b
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -220,6 +221,14 @@ class LoadedModels:
         self.embedders.clear()
 
 
+def default_num_ctx() -> int:
+    """The server-wide context: OLLAMA_CONTEXT_LENGTH when set to a number above 0, else 4096 (Ollama's
+    api.DefaultOptions; its automatic size by VRAM gives 4096 below 24 GiB, as on a CPU)."""
+    value = os.environ.get("OLLAMA_CONTEXT_LENGTH", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else DEFAULT_NUM_CTX
+
+
 def _num_ctx(parameters: dict[str, Any]) -> int:
-    """As in Ollama: a request without num_ctx gets its model's Modelfile num_ctx, else the default."""
-    return int(parameters.get("num_ctx") or DEFAULT_NUM_CTX)
+    """As in Ollama (server/routes.go modelOptions): a request's num_ctx, else its model's Modelfile
+    num_ctx, else the server-wide default (OLLAMA_CONTEXT_LENGTH)."""
+    return int(parameters.get("num_ctx") or default_num_ctx())
