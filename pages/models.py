@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from utils.app.models import advice_table, bundled_models, install_models, run_advisor, server_models
+from utils.app.models import advice_table, bundled_models, install_models, run_advisor, server_models, whole_table
 from utils.app.runtime import current, explain, server_url
 from utils.bench.advisor import ADVISOR_MAX_TOKENS, ADVISOR_PROMPTS
 from utils.engine.drafters import model_free_drafters
@@ -14,13 +14,13 @@ if settings.ollama_host:
     st.caption(f"Models of the Ollama server at OLLAMA_HOST ({settings.ollama_host}); add models with "
                "`ollama pull`.")
     try:
-        st.dataframe(server_models(settings, server_url(settings)), hide_index=True)
+        st.table(whole_table(server_models(settings, server_url(settings)), "model"))
     except Exception as error:  # noqa: BLE001 - HostError or ServerError: say what to do
         st.error(explain(error, settings))
 else:
     st.caption(f"Bundled models of the embedded server, stored in {settings.models_dir}.")
     bundled = bundled_models(settings)
-    st.dataframe(bundled, hide_index=True)
+    st.table(whole_table(bundled, "model"))
     missing = [row["model"] for row in bundled if not row["installed"]]
     if missing:
         to_install = st.multiselect("Install", missing, key="to_install")
@@ -46,7 +46,7 @@ if st.button("Measure and recommend", type="primary", disabled=not drafters):
     st.session_state.advice = run_advisor(settings, server.url, target, drafters,
                                              ADVISOR_PROMPTS[:prompt_count], int(max_tokens), int(repeats))
 if advice := st.session_state.get("advice"):
-    st.dataframe(advice_table(advice), hide_index=True)
+    st.table(whole_table(advice_table(advice), "drafter"))
     if advice.recommended == "none":
         st.info(f"Recommendation for {advice.target}: no speculation. {advice.reason}.")
     else:

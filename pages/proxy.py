@@ -4,7 +4,7 @@ import httpx
 import streamlit as st
 
 from config import get_settings
-from utils.app.proxy import default_url, recent_traffic, rows, totals
+from utils.app.proxy import default_url, recent_traffic, rows, totals, unreachable_text
 
 settings = get_settings()
 st.title("Proxy")
@@ -18,8 +18,7 @@ def traffic() -> None:
     try:
         report = recent_traffic(url, settings.api_key)
     except httpx.HTTPError as error:
-        st.info(f"No proxy answers at {url} ({type(error).__name__}). Start one with "
-                f"`python cli.py proxy --upstream URL --port {url.rsplit(':', 1)[-1]}`.")
+        st.info(unreachable_text(url, error))
         return
     summary = totals(report["requests"])
     pairs = ", ".join(f"{target} ← {drafter}" for target, drafter in report["pairs"].items()) or "none"

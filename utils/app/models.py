@@ -6,6 +6,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from config import Settings
@@ -132,3 +133,10 @@ def advice_table(advice) -> list[dict[str, Any]]:
             "problem": measured.error or ("drafted nothing" if drafted_nothing(measured) else ""),
         })
     return rows
+
+
+def whole_table(rows: list[dict[str, Any]], index: str) -> pd.DataFrame:
+    """Rows for st.table, one per `index` (a model, a drafter): st.table shows every column and wraps
+    long text, where st.dataframe cut the columns to its width (the descriptions, the advisor's figures)."""
+    table = pd.DataFrame(rows)
+    return table.set_index(index) if index in table else table

@@ -22,6 +22,23 @@ def recent_traffic(url: str, api_key: str | None, timeout: float = 3.0) -> dict[
     return response.json()
 
 
+def unreachable_text(url: str, error: httpx.HTTPError) -> str:
+    """Why the Proxy page shows no traffic for `url`, in words, and how to start a proxy there."""
+    if isinstance(error, httpx.HTTPStatusError):
+        why = (f"something answers there, but not as a speculative proxy (HTTP {error.response.status_code} "
+               "for /api/proxy/recent)")
+    elif isinstance(error, httpx.TimeoutException):
+        why = "something there took too long to answer"
+    elif isinstance(error, httpx.ConnectError):
+        why = "nothing listens at that address"
+    else:
+        why = f"the request failed ({error})"
+    port = url.rstrip("/").rsplit(":", 1)[-1]
+    port = port if port.isdigit() else "PORT"
+    return (f"No proxy answers at {url}: {why}. Start one with `python cli.py proxy --upstream URL --port {port}` "
+            "(URL: the Ollama server it fronts), or enter the address of a running one above.")
+
+
 def rows(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One table row per request, newest first, in words and rounded figures."""
     table = []

@@ -232,8 +232,18 @@ def stats_summary(stats: AnswerStats) -> str:
     return text
 
 
+TITLE_CHARACTERS = 80
+
+
 def clean_title(title: str) -> str:
-    return " ".join(title.split())[:80] or DEFAULT_TITLE
+    """A title on one line, at most TITLE_CHARACTERS long: a longer one ends at a word, with "…"."""
+    words = " ".join(title.split())
+    if len(words) <= TITLE_CHARACTERS:
+        return words or DEFAULT_TITLE
+    cut = words[:TITLE_CHARACTERS - 1]  # and the "…"
+    if words[TITLE_CHARACTERS - 1] != " " and " " in cut:  # cut inside a word: end before it
+        cut = cut.rsplit(" ", 1)[0]
+    return cut.rstrip(" ,;:") + "…"
 
 
 def _inserted_id(cursor: sqlite3.Cursor) -> int:
