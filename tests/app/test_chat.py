@@ -3,7 +3,6 @@ listed, opened, renamed, deleted, and the speed-up or the reason there is none."
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
@@ -41,7 +40,10 @@ def test_chat_standard_then_speculative_persists_across_reload(data_dir):
     assert [e.label for e in at.expander].count("Stats") == 2
     assert at.get("plotly_chart"), "the last answer has its charts"
     assert any("speed-up ×" in c.value for c in at.caption)
-    assert any(json.loads(j.value)["mode"] == "speculative" for j in at.json)
+    # The stats, as a table a person reads (they were raw JSON): each figure with what it counts.
+    stats_tables = [t.value for t in at.table if "what it counts" in t.value]
+    assert any(t.loc["how it was made"]["value"].startswith("speculative") for t in stats_tables)
+    assert all(t.loc["tokens/s"]["what it counts"] for t in stats_tables)
 
     # A reload is a new session: the conversation is listed and shown from the database.
     reloaded = open_app()
@@ -77,12 +79,13 @@ def test_chat_on_a_speculating_server_shows_the_answer_the_server_made(speculati
         short_answers(at, speculative=True, drafter="lookup", k=4)
         at.chat_input[0].set_value(REPEAT_PROMPT).run()
         assert not at.exception, at.exception
-        stats = [json.loads(j.value) for j in at.json]
+        [conversation] = ConversationStore(tmp_path / "data" / "conversations.sqlite3").conversations()
+        stored = ConversationStore(tmp_path / "data" / "conversations.sqlite3").messages(conversation["id"])
+        stats = [m["stats"].model_dump() for m in stored if m.get("stats")]
         assert len(answer_texts(at)) == 1 and answer_texts(at)[0].strip()
         assert stats and stats[-1]["mode"] == "speculative" and stats[-1]["drafter"] == "lookup"
         assert stats[-1]["drafted_tokens"] > 0 and set(stats[-1]["k_history"]) <= {0, 4}
         assert at.get("plotly_chart"), "the answer has its charts, from the rounds the server sent"
-        [conversation] = ConversationStore(tmp_path / "data" / "conversations.sqlite3").conversations()
         metrics = httpx.get(f"{speculating_url}/metrics", timeout=30).text
         made = re.search(rf'spec_decode_num_draft_tokens_total{{drafter="lookup",target="{SMALL}"}} (\d+)', metrics)
         assert made and int(made.group(1)) == stats[-1]["drafted_tokens"], metrics

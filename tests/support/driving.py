@@ -6,7 +6,6 @@ browser tests (tests/e2e/conftest.py starts the app and the browser).
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -197,13 +196,20 @@ def send(page: Page, prompt: str) -> None:
 
 
 def answer_stats(message: Locator) -> dict[str, str]:
-    """The text fields of an answer's stats (mode, target, drafter…), read from its opened 'Stats' expander."""
+    """An answer's figures, read from its opened 'Stats' table (figure: value), with its `mode` and
+    `drafter` read from the "how it was made" row (e.g. "speculative, drafter lookup, greedy verification")."""
     expander = message.get_by_test_id("stExpander")
     expander.get_by_text("Stats", exact=True).click()
-    viewer = expander.get_by_test_id("stJson")
-    expect(viewer).to_be_visible()
-    text = viewer.inner_text()
-    return {key: value for key, value in re.findall(r'"?(\w+)"?\s*:\s*"([^"]*)"', text)}
+    table = expander.get_by_test_id("stTable")
+    expect(table).to_be_visible()
+    rows = [row.split("\t") for row in table.locator("tbody tr").all_inner_texts()]
+    figures = {cells[0].strip(): cells[1].strip() for cells in rows if len(cells) >= 2}
+    how = figures.get("how it was made", "").split(", ")
+    figures["mode"] = how[0]
+    for part in how[1:]:
+        if part.startswith("drafter "):
+            figures["drafter"] = part.removeprefix("drafter ")
+    return figures
 
 
 def screenshot(page: Page, name: str) -> Path:

@@ -10,21 +10,23 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
 import streamlit as st
 
 from config import Settings
 from utils.app import clipboard
-from utils.app.charts import CHART_REFRESH_SECONDS, answer_figure, chart_key
+from utils.app.charts import CHART_REFRESH_SECONDS, answer_figure, chart_key, stats_rows
 from utils.app.highlight import pieces_html
 from utils.app.runtime import context_full, engine_memory, failure_text, iterate, server
 from utils.app.sidebar import Choices
 from utils.app.speed import speedup_text
 from utils.app.store import stats_summary
 from utils.engine.client import OllamaClient
+from utils.engine.drafters import NONE
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent, ThinkingEvent
 from utils.engine.request import GenerationRequest
 from utils.engine.served import answer_decoder
-from utils.engine.stats import AnswerStats
+from utils.engine.stats import AnswerStats, RoundRecord
 from utils.errors import SpecError
 
 # Redraw a streaming answer's text at most this often. Each redraw renders the whole answer and sends
@@ -62,18 +64,54 @@ class Answer:
     stopped: bool = False  # interrupted before the end (Stop, or the page rerun while it streamed)
     live: AnswerStats | None = field(default=None, repr=False)  # the engine's live stats, and when its last round ended
     live_at: float = 0.0
+    started_as: AnswerStats | None = field(default=None, repr=False)  # the figures before any round
+    shown_tokens: int = 0  # output tokens of the text received so far (TextEvent.tokens), and when
+    shown_at: float = 0.0
+    standard_since: bool = True  # whether all the text since the last round is standard generation
 
     @property
     def failed(self) -> bool:
         return self.stats is None
 
+    def add(self, event: TextEvent | ThinkingEvent) -> None:
+        """A piece of the answer or of its reasoning, counted."""
+        pieces = self.pieces if isinstance(event, TextEvent) else self.thinking_pieces
+        pieces.append([event.text, event.origin])
+        if isinstance(event, TextEvent):
+            self.text += event.text
+        else:
+            self.thinking += event.text
+        if event.tokens > self.shown_tokens:
+            self.shown_tokens, self.shown_at = event.tokens, event.at_seconds
+        self.standard_since = self.standard_since and event.origin == "standard"
+
+    def round(self, event: RoundEvent) -> None:
+        self.live, self.live_at, self.standard_since = event.stats, event.record.at_seconds, True
+
+    def so_far(self) -> AnswerStats | None:
+        """The figures of the text received so far: the last round's statistics with the tokens since.
+        A standard segment streams many tokens before its round ends (a standard answer is one
+        segment): Stop in one, and the rounds alone counted a few of the tokens on screen."""
+        base = self.live or (self.started_as if self.shown_tokens else None)
+        if base is None:
+            return None
+        stats = base.snapshot(self.live_at)
+        if (extra := self.shown_tokens - stats.output_tokens) > 0:
+            if self.standard_since:  # the segment streaming now, as its round will count it
+                stats.observe_standard(RoundRecord(k=0, emitted=extra, seconds=self.shown_at - self.live_at,
+                                                   at_seconds=self.shown_at))
+            else:  # a round's text before its round's statistics came
+                stats.output_tokens += extra
+            stats.finish(self.shown_at)
+        return stats
+
     def stop(self) -> None:
-        """Mark the answer interrupted, keeping its text and the statistics of the rounds so far."""
+        """Mark the answer interrupted, keeping its text and the statistics of the tokens so far."""
         if self.stopped or self.stats is not None:
             return
         self.stopped = True
-        if self.live is not None:
-            self.stats = self.live.snapshot(self.live_at)
+        self.stats = self.so_far()
+        if self.stats is not None:
             self.stats.done_reason = "stopped"
         tokens = f"after {self.stats.output_tokens} tokens" if self.stats else "early"
         kept = "the partial answer is kept" if self.text else "no text had been generated"
@@ -128,8 +166,10 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     raises inside the script then, and `answer` is left marked stopped with the text so far."""
     drafter = choices.drafter if drafter is None else drafter
     answer = Answer() if answer is None else answer
+    answer.started_as = AnswerStats(mode="speculative" if drafter != NONE else "standard", target=choices.target,
+                                    drafter=None if drafter == NONE else drafter)
     thinking_slot, text_slot, notices, chart_slot = st.empty(), st.empty(), st.container(), st.empty()
-    drawn_at = text_drawn_at = 0.0
+    live = _LiveView(answer, thinking_slot, text_slot, chart_slot if charts else None, highlight, baseline)
     show_text(text_slot, "", [], highlight, cursor=True)
     events = answer_events(choices.decoder_settings(settings), server(settings, url), choices.target, drafter,
                            request)
@@ -137,25 +177,12 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
         # closing(): if Streamlit stops the script mid-answer, the stream closes now.
         with closing(iterate(events)) as stream:
             for event in stream:
-                if isinstance(event, TextEvent):
-                    answer.pieces.append([event.text, event.origin])
-                    answer.text += event.text
-                    if time.monotonic() - text_drawn_at > TEXT_REFRESH_SECONDS:
-                        show_text(text_slot, answer.text, answer.pieces, highlight, cursor=True)
-                        text_drawn_at = time.monotonic()
-                elif isinstance(event, ThinkingEvent):
-                    answer.thinking_pieces.append([event.text, event.origin])
-                    answer.thinking += event.text
-                    if time.monotonic() - text_drawn_at > TEXT_REFRESH_SECONDS:
-                        show_thinking(thinking_slot, answer.thinking, answer.thinking_pieces, highlight,
-                                      thinking_now=True)
-                        text_drawn_at = time.monotonic()
+                if isinstance(event, TextEvent | ThinkingEvent):
+                    answer.add(event)
+                    live.draw(event.origin == "standard")
                 elif isinstance(event, RoundEvent):
-                    answer.live, answer.live_at = event.stats, event.record.at_seconds
-                    if charts and time.monotonic() - drawn_at > CHART_REFRESH_SECONDS:
-                        live = event.stats.snapshot(event.record.at_seconds)
-                        chart_slot.plotly_chart(answer_figure(live, baseline), key=chart_key())
-                        drawn_at = time.monotonic()
+                    answer.round(event)
+                    live.draw(True)
                 elif isinstance(event, FallbackEvent):
                     answer.fallbacks.append(event.reason)
                     notices.warning(f"{event.reason[:1].upper()}{event.reason[1:]}.")  # says what happened next
@@ -181,6 +208,41 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     elif charts:
         chart_slot.empty()
     return answer
+
+
+class _LiveView:
+    """An answer's text and live chart while it streams, drawn from the same events: the chart counts
+    the tokens on screen, and draft text (green) is drawn with its round's figures, so the caption never
+    says less was drafted than the green shows."""
+
+    def __init__(self, answer: Answer, thinking_slot, text_slot, chart_slot, highlight: bool,
+                 baseline: dict[str, Any] | None):
+        self.answer, self.highlight, self.baseline = answer, highlight, baseline
+        self.thinking_slot, self.text_slot, self.chart_slot = thinking_slot, text_slot, chart_slot
+        self.text_at = self.chart_at = 0.0
+        self.drawn = (0, 0)  # characters of the thinking and the text drawn
+        self.charted = (0, 0)  # tokens and accepted draft tokens the chart counted
+
+    def draw(self, counted: bool) -> None:
+        """Redraw what changed, at most every so often; `counted`: the figures count all the text received
+        (a round's draft text comes just before its round's statistics: it waits for them)."""
+        answer, now = self.answer, time.monotonic()
+        if not counted or now - self.text_at <= TEXT_REFRESH_SECONDS:
+            return
+        # The chart first: the browser draws each in turn, and new green must not show before its count.
+        stats = answer.so_far() if self.chart_slot is not None else None
+        if stats is not None and (stats.output_tokens, stats.accepted_tokens) != self.charted and (
+                stats.accepted_tokens != self.charted[1] or now - self.chart_at > CHART_REFRESH_SECONDS):
+            # New green is charted at once; otherwise the chart is redrawn less often than the text.
+            self.chart_slot.plotly_chart(answer_figure(stats, self.baseline), key=chart_key())
+            self.charted, self.chart_at = (stats.output_tokens, stats.accepted_tokens), now
+        thinking, text = len(answer.thinking), len(answer.text)
+        if thinking != self.drawn[0]:
+            show_thinking(self.thinking_slot, answer.thinking, answer.thinking_pieces, self.highlight,
+                          thinking_now=not text)
+        if text != self.drawn[1]:
+            show_text(self.text_slot, answer.text, answer.pieces, self.highlight, cursor=True)
+        self.drawn, self.text_at = (thinking, text), now
 
 
 def length_note(stats: AnswerStats, max_tokens: int) -> str | None:
@@ -219,6 +281,6 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
             with st.expander("Stats"):
                 if not charts:
                     st.plotly_chart(answer_figure(stats, message.get("baseline")), key=f"charts-{message['id']}")
-                st.json(stats.model_dump(), expanded=1)
+                st.table(pd.DataFrame(stats_rows(stats)).set_index("figure"))
         if actions is not None:
             actions()

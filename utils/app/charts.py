@@ -61,3 +61,30 @@ def answer_figure(stats: AnswerStats, baseline: dict[str, Any] | None) -> go.Fig
     figure.update_layout(barmode="stack", height=280, margin=dict(l=10, r=10, t=60, b=10), title=headline,
                          title_font_size=14, legend=dict(orientation="h", y=-0.3))
     return figure
+
+
+def stats_rows(stats: AnswerStats) -> list[dict[str, str]]:
+    """An answer's statistics as a table a person reads: each figure, its value, and what it counts."""
+    rows = [("how it was made", stats.mode + (f", drafter {stats.drafter}" if stats.drafter else "")
+             + (f", {stats.method} verification" if stats.method else ""), "standard: the target alone"),
+            ("why it ended", stats.done_reason or "—", "stop: the model's end; length: Max tokens; stopped: Stop"),
+            ("tokens", str(stats.output_tokens), "the answer's tokens, its reasoning included"),
+            ("thinking tokens", str(stats.thinking_tokens), "of those, the reasoning's"),
+            ("prompt tokens", str(stats.prompt_tokens), "the conversation so far, as the target counted it"),
+            ("tokens/s", f"{stats.tokens_per_second:.1f}", "tokens ÷ seconds generating (loading not counted)"),
+            ("seconds generating", f"{stats.total_seconds:.2f}", "from the request to the last token"),
+            ("first token after", "—" if (first := stats.time_to_first_token_s) is None else f"{first:.2f} s",
+             "the prompt's evaluation and the first token"),
+            ("loading", f"{stats.load_seconds:.2f} s", "loading the models first (not in seconds generating)")]
+    if stats.mode != "standard":
+        rows += [("drafted tokens", str(stats.drafted_tokens), f"guessed by the drafter, in {stats.drafts} drafts"),
+                 ("accepted draft tokens", str(stats.accepted_tokens),
+                  f"{stats.acceptance_rate:.0%} of the drafted: the green text"),
+                 ("tokens per verification", f"{stats.mean_acceptance_length:.2f}",
+                  "1 + accepted ÷ drafts: tokens each check of a draft gave"),
+                 ("corrections and bonus tokens", f"{stats.correction_tokens} + {stats.bonus_tokens}",
+                  "the target's own token after a rejected draft, and after a whole one"),
+                 ("standard tokens", str(stats.standard_tokens), "generated without a draft"),
+                 ("drafting / verifying", f"{stats.draft_seconds:.2f} s / {stats.verify_seconds:.2f} s",
+                  "time spent guessing, and checking the guesses")]
+    return [{"figure": figure, "value": value, "what it counts": meaning} for figure, value, meaning in rows]

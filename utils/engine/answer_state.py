@@ -126,6 +126,10 @@ class AnswerState:
         return FallbackEvent(reason)
 
     def emitted(self, events: list[TextEvent]) -> list[TextEvent]:
+        """Text as it leaves the output, stamped with when (its `tokens` are the output's count)."""
+        now = time.perf_counter() - self.started
         if events and self.stats.time_to_first_token_s is None:
-            self.stats.time_to_first_token_s = time.perf_counter() - self.started
+            self.stats.time_to_first_token_s = now
+        for event in events:
+            event.at_seconds = now
         return events

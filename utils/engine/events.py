@@ -7,7 +7,7 @@ client reads them back (`WireEvents`), so the app shows an answer made in the se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from utils.engine.stats import AnswerStats, RoundRecord
@@ -21,8 +21,15 @@ Origin = Literal["draft", "correction", "bonus", "standard"]
 
 @dataclass
 class TextEvent:
+    """A piece of the answer's text. `tokens`: the answer's output tokens (reasoning included) whose text
+    has been emitted once this piece is, and `at_seconds` when (since the request): what a reader has
+    seen so far, counted, between two rounds' statistics too (0: not counted). Events are equal when
+    their text and origin are."""
+
     text: str
     origin: Origin
+    tokens: int = field(default=0, compare=False)
+    at_seconds: float = field(default=0.0, compare=False)
 
 
 @dataclass
@@ -38,6 +45,8 @@ class ThinkingEvent:
 
     text: str
     origin: Origin = "standard"
+    tokens: int = field(default=0, compare=False)  # as a TextEvent's
+    at_seconds: float = field(default=0.0, compare=False)
 
 
 @dataclass
@@ -79,10 +88,9 @@ class GenerationError(SpecError):
 def to_wire(event: Event) -> dict[str, Any]:
     """An event as a JSON object. A round's statistics leave out the rounds so far (the reader keeps
     them): each line stays small however long the answer."""
-    if isinstance(event, TextEvent):
-        return {"type": "text", "text": event.text, "origin": event.origin}
-    if isinstance(event, ThinkingEvent):
-        return {"type": "thinking", "text": event.text, "origin": event.origin}
+    if isinstance(event, TextEvent | ThinkingEvent):
+        return {"type": "text" if isinstance(event, TextEvent) else "thinking", "text": event.text,
+                "origin": event.origin, "tokens": event.tokens, "at_seconds": event.at_seconds}
     if isinstance(event, ToolCallEvent):
         return {"type": "tool_calls", "calls": event.calls}
     if isinstance(event, FallbackEvent):
@@ -103,9 +111,9 @@ class WireEvents:
     def read(self, data: dict[str, Any]) -> Event:
         kind = data.get("type")
         if kind == "text":
-            return TextEvent(str(data["text"]), data["origin"])
+            return TextEvent(str(data["text"]), data["origin"], *_counted(data))
         if kind == "thinking":
-            return ThinkingEvent(str(data["text"]), data.get("origin") or "standard")
+            return ThinkingEvent(str(data["text"]), data.get("origin") or "standard", *_counted(data))
         if kind == "tool_calls":
             return ToolCallEvent(list(data["calls"]))
         if kind == "fallback":
@@ -119,3 +127,8 @@ class WireEvents:
         if kind == "done":
             return DoneEvent(str(data["text"]), AnswerStats.model_validate(data["stats"]), str(data.get("tail") or ""))
         raise ValueError(f"not an engine event: {data!r}")
+
+
+def _counted(data: dict[str, Any]) -> tuple[int, float]:
+    """A text's count so far and when, where the sender gave them."""
+    return int(data.get("tokens") or 0), float(data.get("at_seconds") or 0.0)

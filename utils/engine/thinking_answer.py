@@ -29,8 +29,9 @@ class ThinkingAnswer:
             if self.thinking_ends is None and not self.parser.thinking:  # the reasoning ended in this piece
                 self.thinking_ends = self.seen - len(content) if self.thought else 0
             self.content.append(content)
-            return [*([ThinkingEvent(thinking, event.origin)] if thinking else []),
-                    *([TextEvent(content, event.origin)] if content else [])]
+            counted = event.tokens, event.at_seconds
+            return [*([ThinkingEvent(thinking, event.origin, *counted)] if thinking else []),
+                    *([TextEvent(content, event.origin, *counted)] if content else [])]
         if isinstance(event, DoneEvent):  # what the parser still holds (a partial tag, whitespace) is dropped
             return [DoneEvent("".join(self.content), event.stats, event.tail)]
         return [event]

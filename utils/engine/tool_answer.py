@@ -34,4 +34,4 @@ class ToolAnswer:
             return []
         content, calls = message
         self.content.append(content)
-        return [TextEvent(content, event.origin)] if content else [ToolCallEvent(calls)]
+        return [TextEvent(content, event.origin, event.tokens, event.at_seconds)] if content else [ToolCallEvent(calls)]
