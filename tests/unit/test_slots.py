@@ -105,3 +105,12 @@ def test_a_branch_piece_that_begins_the_main_chains_piece_is_not_its_parent() ->
     main = [b"c", b"cg", b"cgreet", b"cgreet`,", b"cgreet`, you"]
     groups = nested_groups([one_token(p) for p in [*main, b"cgreet`"]])
     assert prompts(groups) == [[b"cgreet`"], main]
+
+
+def test_requests_that_continue_no_slot_evict_short_caches_before_an_agent_s_long_prompt() -> None:
+    agent = slot(0, SYSTEM + b"<|user|>" + b"Tool: read_file(path) reads a file. " * 600, used=1)
+    chats = [slot(seq, SYSTEM + f"<|user|>Title {seq}<|end|>".encode(), used=seq + 1) for seq in (1, 2, 3)]
+    for asked in range(3):  # side requests between two of the agent's turns: its slot was used longest ago
+        chosen = idle_slot([agent, *chats], f"<|user|>Side request {asked}<|end|>".encode())
+        assert chosen is not agent
+        chosen.used = 10 + asked

@@ -15,6 +15,8 @@ import numpy as np
 from utils.embedded.runtime.cache import Prefix, TokenCache, common_bytes
 from utils.embedded.runtime.jobs import Job, RunnerError
 
+LONG_CACHE = 16 << 10  # bytes (about 4k tokens): a cache this long is evicted after the shorter ones
+
 
 @dataclass
 class Slot:
@@ -92,8 +94,11 @@ def idle_slot(slots: list[Slot], prompt: bytes) -> Slot | None:
     """The idle slot whose cached text the prompt continues furthest, where that is at least half of
     the cached text (a conversation's next turn) or of the prompt (as llama-server's
     `--slot-prompt-similarity` 0.5: a question asked again, whose cached text is mostly its earlier
-    answer); else the idle slot used longest ago. A prompt that shares less than half of itself, a
-    system prompt say, with a long conversation goes elsewhere, so that conversation's cache stays."""
+    answer); else the idle slot used longest ago, a short cache before a long one (LONG_CACHE): an
+    agent's side requests (a title, a quota check) between two turns must not evict the long prompt
+    its next turn continues, which would take minutes to read again. A prompt that shares less than
+    half of itself, a system prompt say, with a long conversation goes elsewhere, so that
+    conversation's cache stays."""
     idle = [slot for slot in slots if slot.answer is None]
     if not idle:
         return None
@@ -102,7 +107,7 @@ def idle_slot(slots: list[Slot], prompt: bytes) -> Slot | None:
                 and 2 * shared[slot.seq] >= min(len(slot.cache.text), len(prompt))]
     if matching:
         return max(matching, key=lambda slot: (shared[slot.seq], -slot.used))
-    return min(idle, key=lambda slot: slot.used)
+    return min(idle, key=lambda slot: (len(slot.cache.text) >= LONG_CACHE, slot.used))
 
 
 def tokenize_group(slot: Slot, group: list[Job]) -> list[list[Job]]:
