@@ -32,8 +32,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         chosen = pairs if pairs is not None else default_pairs(store)
         return speculating(settings, chosen, args.k), chosen
 
+    def counting():  # noqa: ANN202 - with speculation off, /metrics still counts the answers
+        from utils.proxy.front import CountingFront
+
+        return CountingFront
+
     serve(args.host, args.port or settings.embedded_port, settings, batch=not args.no_batch,
-          speculation=None if args.no_speculation else speculation)
+          speculation=None if args.no_speculation else speculation, unspeculated=counting)
     return 0
 
 

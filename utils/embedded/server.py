@@ -40,10 +40,15 @@ def load_app():  # noqa: ANN201 - returns create_app, imported here so that the 
 
 
 def serve(host: str, port: int, settings: Settings, batch: bool = True,
-          speculation: Callable[[ModelStore], tuple[Front, dict[str, str]]] | None = None) -> None:
+          speculation: Callable[[ModelStore], tuple[Front, dict[str, str]]] | None = None,
+          unspeculated: Callable[[], Front] | None = None) -> None:
     """`cli.py serve`: `speculation(store)` gives the speculating front and the pairs it speculates
-    (utils/proxy/in_process.py composes it; this package knows nothing of speculation); None: off."""
+    (utils/proxy/in_process.py composes it; this package knows nothing of speculation); None: off, and
+    `unspeculated()` the front then, if any (one that counts the answers for /metrics). Each request
+    is logged as Ollama logs it (utils/api/request_log.py)."""
     import uvicorn
+
+    from utils.api.request_log import RequestLog
 
     create_app = load_app()  # llama.cpp first: `speculation` may import what imports numpy
     if host not in ("127.0.0.1", "localhost", "::1"):
@@ -54,13 +59,13 @@ def serve(host: str, port: int, settings: Settings, batch: bool = True,
         )
     _exit_with_parent()
     store = ModelStore(settings.models_dir, settings.source_dirs)
-    front, pairs = speculation(store) if speculation else (None, {})
+    front, pairs = speculation(store) if speculation else (unspeculated() if unspeculated else None, {})
     said = ", ".join(f"{target}={drafter}" for target, drafter in pairs.items()) or "no model installed"
     print(f"embedded server on http://{host}:{port}; speculation "
           f"{'on: ' + said if speculation else 'off (--no-speculation)'}", file=sys.stderr, flush=True)
     app = create_app(store, threads=os.cpu_count() or 2, batch=batch, fast_batches=settings.fast_batches,
                      gpu_layers=settings.gpu_layers, parallel=settings.num_parallel, front=front)
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
+    uvicorn.run(RequestLog(app), host=host, port=port, log_level="warning", timeout_graceful_shutdown=5)
 
 
 def _exit_with_parent() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from utils.api.http import json_response
@@ -24,6 +24,7 @@ from utils.api.shaped_routes import MESSAGES, RESPONSES
 from utils.burst import opted_out
 from utils.engine.target import Target
 from utils.proxy.app import ollama_answer, openai_answer, prometheus, recent, shaped_answer
+from utils.proxy.metrics import ProxyMetrics
 from utils.proxy.serving import ProxyConfig, ProxyState
 
 Route = Callable[[Request], Awaitable[Response]]
@@ -58,3 +59,24 @@ class SpeculatingFront:
         scope["speculation"] = self.state  # read by the proxy's routes (app.state_of)
         response = await route(Request(scope, receive))
         await response(scope, receive, send)
+
+
+class CountingFront:
+    """`cli.py serve --no-speculation`'s front: every request goes down to the server's own stack as it
+    came, and `/metrics` counts the answers it passed on (reason `off`), as the speculating front counts
+    those it does not speculate, so that a dashboard reads the server the same way in either mode."""
+
+    REASON = "speculation is off (cli.py serve --no-speculation)"
+
+    def __init__(self, app: ASGIApp, **_: Any):  # create_app's Front: `models` and `about` are not needed
+        self.app, self.metrics = app, ProxyMetrics()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        asked = (scope["method"], scope["path"]) if scope["type"] == "http" else None
+        if asked == ("GET", "/metrics"):
+            return await PlainTextResponse(self.metrics.prometheus(), media_type="text/plain; version=0.0.4")(
+                scope, receive, send)
+        if asked is not None and asked in ROUTES and asked[0] == "POST":
+            client = scope["client"][0] if scope.get("client") else ""
+            self.metrics.observe_forward(client, scope["path"], "", "off", self.REASON)
+        await self.app(scope, receive, send)

@@ -44,7 +44,7 @@ from utils.embedded.http.tools import chat_template, chat_tools
 from utils.embedded.runtime import model_file
 from utils.embedded.runtime.loaded import LoadedModels
 from utils.embedded.runtime.runner import ModelRunner
-from utils.embedded.store.models import ModelSpec, ModelStore
+from utils.embedded.store.models import ModelSpec, ModelStore, load_catalogue
 from utils.embedded.store.parameters import command_line, modelfile_lines, show_text
 
 # The Ollama release whose behaviour this server follows (the recordings in tests/data/ollama-recorded/
@@ -273,9 +273,17 @@ def model_entries(store: ModelStore) -> list[dict[str, Any]]:
     return [_model_entry(spec) for spec in store.installed()]
 
 
+@functools.cache
+def _catalogue_files() -> dict[str, ModelSpec]:
+    return {spec.sha256: spec for spec in load_catalogue().values()}
+
+
 def _model_entry(spec: ModelSpec) -> dict[str, Any]:
-    tag = spec.name.split(":")[-1]
-    quant = re.search(r"(Q\d_K_[MS]|Q\d_\d|Q\d_K|F16)", spec.file, re.I)
+    # A copy (`/api/create` FROM a model, `/api/copy`) serves its base's file: its details are the
+    # base's, as Ollama reads them from the file, not guessed from the copy's own name.
+    base = _catalogue_files().get(spec.sha256, spec)
+    tag = base.name.split(":")[-1]
+    quant = re.search(r"(Q\d_K_[MS]|Q\d_\d|Q\d_K|F16)", base.file, re.I)
     return {
         "name": spec.name,
         "model": spec.name,
@@ -285,8 +293,8 @@ def _model_entry(spec: ModelSpec) -> dict[str, Any]:
         "details": {
             "parent_model": "",
             "format": "gguf",
-            "family": spec.family.rstrip("0123456789.").split("-")[0],
-            "families": [spec.family],
+            "family": base.family.rstrip("0123456789.").split("-")[0],
+            "families": [base.family],
             # Catalogue tags are sizes ("135m"); a registered name's tag may be anything ("latest").
             "parameter_size": tag.upper() if re.fullmatch(r"\d+(\.\d+)?[bm]", tag) else "unknown",
             "quantization_level": quant.group(1).upper() if quant else "unknown",
