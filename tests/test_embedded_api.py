@@ -147,6 +147,21 @@ async def test_system_replaces_the_default_system_message(client, server_url):
     assert answer.done and answer.eval_count > 0
 
 
+async def test_a_later_system_message_joins_the_top_system_prompt(server_url):
+    """As Ollama renders a chat (template.go `collate`, then its qwen2.5-coder template's `.System`):
+    every system message joined at the top, not a later one where it stands (Claude Code sends its
+    "# Environment" block so; left in place, the model echoed it)."""
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello."}, {"role": "system", "content": "# Environment\nLinux"},
+                {"role": "user", "content": "Which OS?"}, {"role": "user", "content": "One word."}]
+    async with http(server_url) as h:
+        body = {"model": "qwen2.5-coder:0.5b", "messages": messages, "_debug_render_only": True}
+        rendered = (await h.post("/api/chat", json=body)).json()["_debug_info"]["rendered_template"]
+    assert rendered == ("<|im_start|>system\nBe brief.\n\n# Environment\nLinux<|im_end|>\n"
+                        "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello.<|im_end|>\n"
+                        "<|im_start|>user\nWhich OS?\n\nOne word.<|im_end|>\n<|im_start|>assistant\n")
+
+
 @pytest.mark.parametrize("endpoint", ["generate", "chat"])
 async def test_debug_render_only_returns_the_chatml_prompt(server_url, endpoint):
     question = "What is 2+2?"
