@@ -4,7 +4,10 @@ when the server is serial or down."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+
+import httpx
 
 import config
 from tests.support.app import (
@@ -20,12 +23,16 @@ def test_sidebar_shows_the_server_and_the_drafters(data_dir):
     at = open_app()
     sidebar_text = " ".join(m.value for m in at.sidebar.markdown) + " ".join(c.value for c in at.sidebar.caption)
     assert "embedded llama.cpp server" in sidebar_text and "OLLAMA_HOST" in sidebar_text
+    # The version the server reports, said to be the embedded server's own (not "API 0.12.11").
+    version = httpx.get(f"{config.get_settings().ollama_host}/api/version", timeout=30).json()["version"]
+    assert f"this project's embedded llama.cpp server (version {version})" in sidebar_text
+    assert "API " not in sidebar_text
     assert "batches the nested verification requests" in sidebar_text
     assert at.sidebar.selectbox(key="target").value == SMALL
-    labels = at.sidebar.selectbox(key="drafter").options  # as shown: names, the unusable ones marked
+    labels = at.sidebar.selectbox(key="drafter").options
     assert "lookup" in labels and "qwen2.5-coder:0.5b" in labels
-    # The target cannot draft for itself: listed, but marked unusable.
-    assert f"{SMALL} (unusable)" in labels
+    # Only drafters that can draft for the target: not the target itself (it was listed as "unusable").
+    assert SMALL not in labels and not [label for label in labels if "unusable" in label]
     # By default what `cli.py serve` pairs the target with: suffix decoding (issue 44: the configured draft
     # model was the default, and did not pay). What the chosen drafter is, in words, under the box.
     assert at.sidebar.selectbox(key="drafter").value == "suffix"
@@ -33,6 +40,12 @@ def test_sidebar_shows_the_server_and_the_drafters(data_dir):
     assert "qwen2.5-coder:0.5b: cross-tokenizer" in " ".join(c.value for c in at.sidebar.caption)
     at.sidebar.selectbox(key="drafter").set_value("lookup").run()
     assert "lookup: prompt lookup, no model" in " ".join(c.value for c in at.sidebar.caption)
+    # The drafter made the target: no longer offered, and the default drafter instead.
+    at.sidebar.selectbox(key="drafter").set_value("qwen2.5-coder:0.5b").run()
+    at.sidebar.selectbox(key="target").set_value("qwen2.5-coder:0.5b").run()
+    assert not at.exception, at.exception
+    assert "qwen2.5-coder:0.5b" not in at.sidebar.selectbox(key="drafter").options
+    assert at.sidebar.selectbox(key="drafter").value == "suffix"
 
 
 def test_sidebar_on_a_serial_server_says_how_to_fix_it(data_dir, serial_server_url, monkeypatch):
@@ -155,3 +168,26 @@ def test_explain_goes_by_the_kind_of_error():
     failed = GenerationError.of(ContextFull("input exceeds the context"), "partial")
     assert "no longer fits in the model's context" in explain(failed, settings)
     assert explain(GenerationError("the answer ended without its statistics", ""), settings).startswith("the answer")
+
+
+def test_an_example_click_logs_no_stack_trace(data_dir, monkeypatch):
+    """An example prompt sets the sidebar's widgets for its answer (use_for_one_answer); Streamlit logged
+    a warning with a stack trace on each click, as those widgets were drawn with starting values too."""
+    from streamlit.elements.lib import policies
+
+    logged: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = logged.append  # type: ignore[method-assign]
+    monkeypatch.setattr(policies, "_shown_default_value_warning", False)  # logged once a process
+    policies._LOGGER.addHandler(handler)
+    try:
+        at = open_app()
+        at.number_input(key="max_tokens").set_value(8)
+        at.button(key="example-Edit pasted code").click().run()
+        assert not at.exception, at.exception
+        at.run()  # the settings come back after the answer
+        assert not at.exception, at.exception
+    finally:
+        policies._LOGGER.removeHandler(handler)
+    assert at.sidebar.selectbox(key="drafter").value == "suffix"
+    assert [record.getMessage() for record in logged] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import TypeVar
 
 import streamlit as st
 
@@ -27,6 +28,7 @@ from utils.sampling import SamplingOptions
 
 RELATION_LABELS = {"same": "same tokenizer", "cross": "cross-tokenizer", "unusable": "unusable"}
 USABLE = ("same", "cross")
+T = TypeVar("T")
 
 
 def default_drafter(settings: Settings, target: str, usable: Collection[str]) -> str:
@@ -146,6 +148,14 @@ def use_for_one_answer(changes: dict[str, object]) -> None:
         state[key] = value
 
 
+def _initial(key: str, value: T, neutral: T) -> T:
+    """The starting value for a widget that `use_for_one_answer` sets: once its key is in session state,
+    Streamlit shows that value and ignores this one, and where the value there was just set, a starting
+    value of the widget's own made it log a warning with a stack trace (each example click): then the
+    widget's neutral default, which draws the same."""
+    return neutral if key in st.session_state else value
+
+
 def restore_after_answer() -> None:
     """Once no answer is asked for or streaming, the settings `use_for_one_answer` changed come back
     (before the widgets are drawn: Streamlit refuses a change to a drawn widget's value)."""
@@ -165,10 +175,12 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
         bar.error(explain(error, settings))
         _restart_button(settings)
         return None, None
-    where = "embedded llama.cpp server" if info.embedded else "Ollama"
     keeper = app_server(settings)
     source = f"started by this app, pid {keeper.pid}" if keeper.owns_server else "OLLAMA_HOST"
-    bar.markdown(f"**Server:** {where} at `{info.url}` ({source}), API {info.version}")
+    # The version is what the server's /api/version says: the embedded server's own, not an Ollama release.
+    where = (f"this project's embedded llama.cpp server (version {info.version})" if info.embedded
+             else f"Ollama {info.version}")
+    bar.markdown(f"**Server:** {where} at `{info.url}` ({source})")
     if keeper.restarts:
         last = keeper.restarts[-1]
         bar.caption(f"The embedded server {last.why} at {last.at:%H:%M:%S}; the app started it again "
@@ -179,41 +191,43 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
 
     remembered = Preferences(store(settings))
     default_target = settings.target_model if settings.target_model in info.models else info.models[0]
-    target = bar.selectbox("Target model", info.models, index=remembered.index("target", info.models, default_target),
-                           key="target")
+    target = bar.selectbox("Target model", info.models, key="target",
+                           index=_initial("target", remembered.index("target", info.models, default_target), 0))
     if settings.target_model not in info.models:
         bar.caption(f"The configured target {settings.target_model} is not on this server: install it on the "
                     "Models page (embedded server) or `ollama pull` it.")
-    speculative = bar.toggle("Speculative decoding", value=remembered.default("speculative", True), key="speculative",
+    speculative = bar.toggle("Speculative decoding", key="speculative",
+                             value=_initial("speculative", remembered.default("speculative", True), False),
                              help="a drafter guesses the next tokens and the target checks them all at once")
     _parallel_note(settings, info, target)
     think = None
     if thinking_model(settings, info.url, target):
         think = bar.toggle("Think", value=remembered.default("think", True), key="think",
-                           help="the model reasons before it answers (shown folded above the answer); only the "
-                                "server can split its reasoning out, so such answers are generated standard")
+                           help="the model reasons before it answers (shown folded above the answer); the "
+                                "reasoning is speculated as the answer is, and counted apart")
     if speculative and (why := standard_why(settings, info.url, target, think)):
         bar.warning(f"Answers of {target} are generated standard here: {why}.")
 
     drafter, k = NONE, None
     if speculative:
         model_free = list(model_free_drafters())
+        # Only drafters that can draft for this target: not the target itself, nor a model whose tokenizer
+        # cannot be read or matched (a model that fails to load, one left over from another task).
+        models = tuple(model for model in info.models if model != target)
+        related = drafter_relations(settings, info.url, target, models)
         relations = {**{name: name for name in model_free},
-                     **drafter_relations(settings, info.url, target, tuple(info.models))}
+                     **{name: relation for name, relation in related.items() if relation in USABLE}}
         options = list(relations)
-        wanted = default_drafter(settings, target, [name for name, relation in relations.items()
-                                                     if relation in USABLE or name in model_free])
-        # Names in the box (a sidebar is narrow: longer labels were cut off), what the chosen one is under it.
-        shown = {name: f"{name} (unusable)" if relation == "unusable" else name for name, relation in relations.items()}
-        drafter = bar.selectbox("Drafter", options, index=remembered.index("drafter", options, wanted),
-                                key="drafter", format_func=shown.__getitem__,
+        wanted = default_drafter(settings, target, options)
+        if st.session_state.get("drafter", wanted) not in options:  # the new target's self, or not usable
+            del st.session_state["drafter"]  # then the default, not the first in the list
+        drafter = bar.selectbox("Drafter", options, key="drafter",
+                                index=_initial("drafter", remembered.index("drafter", options, wanted), 0),
                                 help="where the guessed tokens come from: the prompt itself, or a smaller model")
-        bar.caption(f"{drafter}: {relation_label(relations[drafter])}")
-        if relations[drafter] == "unusable":
-            bar.warning(f"{drafter} cannot draft for {target}: answers use standard generation until you pick "
-                        "another drafter.")
-            drafter = NONE
-        elif drafter not in model_free and info.version_tuple < LOGPROBS_SINCE and not info.embedded:
+        left_out = sorted(name for name, relation in related.items() if relation not in USABLE)
+        bar.caption(f"{drafter}: {relation_label(relations[drafter])}" +
+                    (f" · not offered (cannot draft for {target}): {', '.join(left_out)}" if left_out else ""))
+        if drafter not in model_free and info.version_tuple < LOGPROBS_SINCE and not info.embedded:
             bar.warning(f"Draft models need Ollama {'.'.join(map(str, LOGPROBS_SINCE))} or newer (log-probabilities); "
                         "upgrade Ollama or use a drafter that needs no model.")
     max_tokens = bar.number_input("Max tokens", 1, 8192, remembered.default("max_tokens", 256), key="max_tokens",
