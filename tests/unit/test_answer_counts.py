@@ -79,6 +79,16 @@ def test_a_standard_answer_stopped_before_its_one_round_ended_keeps_its_figures(
     assert nothing.stats is None and nothing.note == "Stopped early: no text had been generated."
 
 
+def test_tokens_held_back_for_a_stop_string_are_not_counted_as_shown():
+    answer = rounds_then_a_segment()
+    stats = answer.live.model_copy(deep=True)
+    record = RoundRecord(k=0, emitted=88, seconds=8.5, at_seconds=9.0)  # 3 not out yet: maybe a stop string
+    stats.observe_standard(record)
+    answer.round(RoundEvent(record, stats))
+    answer.stop()
+    assert answer.stats.output_tokens == 90 and answer.note == "Stopped after 90 tokens: the partial answer is kept."
+
+
 def test_live_figures_count_draft_text_even_before_its_round():
     answer = rounds_then_a_segment()
     answer.add(TextEvent(" d", "draft", 91, 9.1))  # its round's statistics are not in yet

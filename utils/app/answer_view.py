@@ -103,6 +103,9 @@ class Answer:
             else:  # a round's text before its round's statistics came
                 stats.output_tokens += extra
             stats.finish(self.shown_at)
+        elif extra < 0 and self.shown_tokens:  # text held back (it may begin a stop string) is not shown
+            stats.output_tokens = self.shown_tokens
+            stats.finish(self.live_at)
         return stats
 
     def stop(self) -> None:
