@@ -44,11 +44,16 @@ def chat(num_ctx: int | None, stream: bool, tokens: int = TOKENS) -> dict[str, A
 
 async def answer(http: httpx.AsyncClient, body: dict[str, Any], at_third_chunk: Any = None) -> tuple[str, dict]:
     """The answer's text and final message; `at_third_chunk()` is started after its third chunk (a
-    non-streamed answer: a third of a second after it was asked, when its first tokens are out)."""
+    non-streamed answer: once the server has loaded the model for it, unloaded first, so that the
+    answer is under way however fast or slow the machine is)."""
     if not body["stream"]:
+        if at_third_chunk is not None:
+            await http.post("/api/generate", json={"model": body["model"], "keep_alive": 0})
         asked = asyncio.create_task(http.post("/api/chat", json=body))
         if at_third_chunk is not None:
-            await asyncio.sleep(0.3)
+            deadline = time.monotonic() + 600
+            while body["model"] not in await loaded(http) and not asked.done() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
             at_third_chunk()
         reply = await asked
         assert reply.status_code == 200, reply.text
@@ -160,7 +165,9 @@ async def test_a_reload_that_waits_for_a_held_model_lets_other_models_load():
     try:
         async with models.hold(SMALL, 1024):
             reload = asyncio.create_task(models.get(SMALL, 1536))
-            await asyncio.sleep(0.2)
+            deadline = time.monotonic() + 60
+            while SMALL not in models.changing and not reload.done() and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)  # until the reload has taken the model's turn and waits in it
             assert not reload.done() and models.ready(SMALL, 1024) is not None  # the holder still gets it
             other, load = await asyncio.wait_for(models.get(DRAFT, 1024), 60)
             assert other.num_ctx == 1024 and load > 0
