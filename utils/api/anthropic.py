@@ -140,10 +140,15 @@ def _message(message: Any) -> list[dict[str, Any]]:
     return results + own if role == "user" else own + results
 
 
+BILLING = "x-anthropic-billing-header:"  # Claude Code's first system block; its `cch=` changes every request
+
+
 def _system(system: Any) -> list[dict[str, Any]]:
-    """`system`: a string, or text blocks joined (other blocks are left out, as Ollama does)."""
+    """`system`: a string, or text blocks joined (other blocks are left out, as Ollama does). Claude
+    Code's billing block is left out too (as vLLM and SGLang do; Ollama keeps it): it tells the model
+    nothing, and a prefix that changes every request would have every turn read its prompt again."""
     if isinstance(system, list):
-        system = _texts(system)
+        system = _texts([block for block in system if not str(_object(block).get("text")).startswith(BILLING)])
     return [{"role": "system", "content": system}] if isinstance(system, str) and system else []
 
 
@@ -281,11 +286,20 @@ class Reply:
                 "usage": {"input_tokens": final.get("prompt_eval_count") or 0,
                           "output_tokens": final.get("eval_count") or 0}}
 
-    async def sse(self, messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
-        """StreamConverter.Process over the messages: message_start, a content block for the thinking,
-        one for the text and one for each tool call (start, deltas, stop), then message_delta (stop
-        reason, counted usage) and message_stop. A failure after the start is Anthropic's `error` event."""
+    def start(self, input_tokens: int | None = None) -> bytes:
+        """message_start, with the input tokens counted if known, else estimated."""
+        usage = {"input_tokens": input_tokens or estimated_input_tokens(self.request), "output_tokens": 0}
+        return _event("message_start", {"type": "message_start", "message": {
+            "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
+            "usage": usage}})
+
+    async def sse(self, messages: AsyncIterator[dict[str, Any]], started: bool = False) -> AsyncIterator[bytes]:
+        """StreamConverter.Process over the messages: message_start (unless `started`: sent already), a
+        content block for the thinking, one for the text and one for each tool call (start, deltas,
+        stop), then message_delta (stop reason, counted usage) and message_stop. A failure after the
+        start is Anthropic's `error` event."""
         stream = _Blocks()
+        stream.first = not started
         async for message in messages:
             if "error" in message:
                 failure = {"type": "api_error", "message": str(message["error"])}
@@ -293,11 +307,7 @@ class Reply:
                 return
             if stream.first:
                 stream.first = False
-                usage = {"input_tokens": message.get("prompt_eval_count") or estimated_input_tokens(self.request),
-                         "output_tokens": 0}
-                yield _event("message_start", {"type": "message_start", "message": {
-                    "id": self.id, "type": "message", "role": "assistant", "model": self.model, "content": [],
-                    "usage": usage}})
+                yield self.start(message.get("prompt_eval_count"))
             for kind, data in stream.process(message.get("message") or {}):
                 yield _event(kind, data)
             if message.get("done"):

@@ -45,6 +45,10 @@ class JSONResponse(_JSONResponse):
         return json_bytes(content)
 
 
+TRUNCATED = "X-Prompt-Truncated"  # "messages=N, tokens=M": left out of the prompt to fit the context
+ACCEPTED = "prompt.accepted"  # a request's scope key: an asyncio.Event the server sets once its prompt is queued
+
+
 def json_response(content: Any, status: int = 200) -> Response:
     """A JSON answer encoded once, bypassing FastAPI's serialization of returned values."""
     return Response(json_bytes(content), status, media_type="application/json")

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from starlette.responses import Response, StreamingResponse
 
 from utils.api import openai
-from utils.api.http import ApiError, json_response
+from utils.api.http import TRUNCATED, ApiError, json_response
 from utils.api.schemas import ChatBody, GenerateBody
 
 ChatHandler = Callable[[ChatBody, Request], Awaitable[Response]]
@@ -66,10 +66,14 @@ def as_openai(response: Response, reply: openai.Reply, stream: bool, include_usa
         if not stream:  # a body the handler streamed anyway (never for stream: false): joined
             raise ApiError("the answer was streamed where a whole one was asked for", 500)
         messages = ollama_messages(response.body_iterator)
-        return StreamingResponse(reply.sse(messages, include_usage), media_type="text/event-stream")
-    final = json.loads(response.body)
-    text = (final.get("message") or {}).get("content", "") if reply.chat else final.get("response", "")
-    return json_response(reply.whole(text, final))
+        shaped: Response = StreamingResponse(reply.sse(messages, include_usage), media_type="text/event-stream")
+    else:
+        final = json.loads(response.body)
+        text = (final.get("message") or {}).get("content", "") if reply.chat else final.get("response", "")
+        shaped = json_response(reply.whole(text, final))
+    if TRUNCATED in response.headers:  # the prompt was cut to fit the context: said as Ollama's answer says it
+        shaped.headers[TRUNCATED] = response.headers[TRUNCATED]
+    return shaped
 
 
 def install_openai(app: FastAPI, chat: ChatHandler, generate: GenerateHandler, models: ModelList) -> None:

@@ -11,22 +11,26 @@ shaped_answer) and answers through the same `Shape`.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from fastapi import FastAPI, Request
 from pydantic import ValidationError
 from starlette.responses import Response, StreamingResponse
 
 from utils.api import anthropic, openai, responses
-from utils.api.http import ApiError, json_response
+from utils.api.http import ACCEPTED, TRUNCATED, ApiError, json_response
 from utils.api.openai_routes import ChatHandler, failure_message, ollama_messages
 from utils.api.schemas import ChatBody
 
 EVENT_STREAM = "text/event-stream"
+FIRST_PING_SECONDS = 1.0  # a speculated Messages answer with no token by then begins with a ping
+KEEPALIVE_SECONDS = 5.0  # and pings this often until its first token
+PING = b'event: ping\ndata: {"type": "ping"}\n\n'  # Anthropic's keep-alive event
 NO_CACHE = {"Cache-Control": "no-cache"}  # as Ollama's middlewares send their event streams
 
 
@@ -36,6 +40,14 @@ class Reply(Protocol):
     def whole(self, text: str, final: dict[str, Any]) -> dict[str, Any]: ...
 
     def sse(self, messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]: ...
+
+
+class KeptAlive(Reply, Protocol):
+    """A reply whose stream can begin before the answer does (Anthropic's: `pings`)."""
+
+    def start(self) -> bytes: ...
+
+    def sse(self, messages: AsyncIterator[dict[str, Any]], started: bool = False) -> AsyncIterator[bytes]: ...
 
 
 def _never_relaxed(chat: dict[str, Any], message: str) -> dict[str, Any] | None:
@@ -59,12 +71,14 @@ class Shape:
     reply: Callable[[str, dict[str, Any]], Reply]
     relax: Callable[[dict[str, Any], str], dict[str, Any] | None] = _never_relaxed
     chat: bool = True  # translated to /api/chat (else /api/generate)
+    pings: bool = False  # a stream kept alive with ping events while the prompt is read (Anthropic's)
 
     def failure(self, status: int, message: str) -> Response:
         return json_response(self.error(status, message), status)
 
     def stream(self, reply: Reply, messages: AsyncIterator[dict[str, Any]]) -> Response:
-        return StreamingResponse(reply.sse(messages), media_type=EVENT_STREAM, headers=NO_CACHE)
+        body = _pinging(cast(KeptAlive, reply), messages) if self.pings else reply.sse(messages)
+        return StreamingResponse(body, media_type=EVENT_STREAM, headers=NO_CACHE)
 
 
 class _OpenAIReply:
@@ -85,7 +99,8 @@ class _OpenAIReply:
 OPENAI_CHAT = Shape("/v1/chat/completions", openai.chat_body, _openai_error, functools.partial(_OpenAIReply, True))
 OPENAI_COMPLETION = Shape("/v1/completions", openai.completion_body, _openai_error,
                           functools.partial(_OpenAIReply, False), chat=False)
-MESSAGES = Shape("/v1/messages", anthropic.chat_body, anthropic.error_body, anthropic.Reply, anthropic.relaxed)
+MESSAGES = Shape("/v1/messages", anthropic.chat_body, anthropic.error_body, anthropic.Reply, anthropic.relaxed,
+                 pings=True)
 RESPONSES = Shape("/v1/responses", responses.chat_body, _openai_error, responses.Reply)
 SHAPES = (MESSAGES, RESPONSES)
 
@@ -103,25 +118,104 @@ async def _chat(chat: ChatHandler, body: dict[str, Any], request: Request) -> Re
         return json_response({"error": error.message}, error.status)
 
 
+async def _answered(shape: Shape, chat: ChatHandler, body: dict[str, Any], request: Request) -> Response:
+    """The chat handler's response to the translated body, or to its relaxed form where it refused it."""
+    response = await _chat(chat, body, request)
+    message = failure_message(response)
+    if message is not None and (relaxed := shape.relax(body, message)) is not None:
+        response = await _chat(chat, relaxed, request)
+    return response
+
+
 async def answer(shape: Shape, chat: ChatHandler, request: Request) -> Response:
-    """One request of `shape`, answered by the server's chat handler."""
+    """One request of `shape`, answered by the server's chat handler. A streamed Messages answer begins
+    as soon as its prompt is queued for the model (ACCEPTED), before its first token, and pings until
+    that comes (`_kept_alive`): until then a refusal is still an error status, as Ollama's."""
     try:
         sent = json.loads(await request.body())
         body = shape.translate(sent)
     except ValueError as error:  # not JSON, or refused by the translation (AnthropicError, OpenAIError)
         return shape.failure(400, str(error) or "invalid request")
-    response = await _chat(chat, body, request)
-    message = failure_message(response)
-    if message is not None and (relaxed := shape.relax(body, message)) is not None:
-        response = await _chat(chat, relaxed, request)
-        message = failure_message(response)
-    if message is not None:
+    request.scope[ACCEPTED] = accepted = asyncio.Event()
+    answered = asyncio.ensure_future(_answered(shape, chat, body, request))
+    if shape.pings and body.get("stream"):
+        waiting = asyncio.ensure_future(accepted.wait())
+        await asyncio.wait({answered, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if not answered.done():
+            kept = cast(KeptAlive, shape.reply(body["model"], sent))
+            return StreamingResponse(_kept_alive(kept, answered), media_type=EVENT_STREAM, headers=NO_CACHE)
+    response = await answered
+    if (message := failure_message(response)) is not None:
         return shape.failure(response.status_code, message)
     reply = shape.reply(body["model"], sent)
+    cut = {TRUNCATED: response.headers[TRUNCATED]} if TRUNCATED in response.headers else {}
     if isinstance(response, StreamingResponse):
-        return shape.stream(reply, ollama_messages(response.body_iterator))
+        streamed = shape.stream(reply, ollama_messages(response.body_iterator))
+        streamed.headers.update(cut)
+        return streamed
     final = json.loads(response.body)
-    return json_response(reply.whole((final.get("message") or {}).get("content", ""), final))
+    whole = json_response(reply.whole((final.get("message") or {}).get("content", ""), final))
+    whole.headers.update(cut)
+    return whole
+
+
+async def _pings(reply: KeptAlive, waiting: asyncio.Future[Any]) -> AsyncIterator[bytes]:
+    """Anthropic's stream begun before its answer: message_start and a ping, as Anthropic's API begins
+    every stream, then a ping every KEEPALIVE_SECONDS until `waiting` is done (the prompt read), so
+    that a client with a read timeout (Claude Code) does not give up and send the whole prompt again.
+    A client that leaves meanwhile cancels `waiting`, which stops the reading."""
+    try:
+        yield reply.start()
+        while True:
+            yield PING
+            done, _ = await asyncio.wait({waiting}, timeout=KEEPALIVE_SECONDS)
+            if done:
+                return
+    finally:
+        waiting.cancel()  # nothing if it is done; else the client has left
+
+
+async def _kept_alive(reply: KeptAlive, answered: asyncio.Future[Response]) -> AsyncIterator[bytes]:
+    """The chat handler's answer, pinging until it comes; a failure then is the stream's `error` event."""
+    async for chunk in _pings(reply, answered):
+        yield chunk
+    response = answered.result()
+    if isinstance(response, StreamingResponse):  # a streamed answer is a 200
+        messages: AsyncIterator[dict[str, Any]] = ollama_messages(response.body_iterator)
+    else:
+        messages = _one({"error": failure_message(response) or "the answer was not streamed"})
+    async for chunk in reply.sse(messages, started=True):
+        yield chunk
+
+
+async def _pinging(reply: KeptAlive, messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
+    """Answer messages as Anthropic's events, pinging while the first is awaited for longer than
+    FIRST_PING_SECONDS (a speculated answer's stream begins before its prompt is read)."""
+    first = asyncio.ensure_future(anext(messages))
+    try:
+        started = not (await asyncio.wait({first}, timeout=FIRST_PING_SECONDS))[0]
+        if started:
+            async for chunk in _pings(reply, first):
+                yield chunk
+    finally:
+        first.cancel()  # nothing if it is done
+    try:
+        head = first.result()
+    except StopAsyncIteration:
+        return
+    async for chunk in reply.sse(_chained(_one(head), messages), started=started):
+        yield chunk
+
+
+async def _one(message: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    yield message
+
+
+async def _chained(*parts: AsyncIterator[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    for part in parts:
+        async for message in part:
+            yield message
 
 
 def install_shaped(app: FastAPI, chat: ChatHandler) -> None:

@@ -16,7 +16,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from utils import burst
-from utils.api.http import ApiError, LastLine, client_gone, json_response, ndjson_line, ndjson_response, now
+from utils.api.http import (
+    ACCEPTED,
+    TRUNCATED,
+    ApiError,
+    LastLine,
+    client_gone,
+    json_response,
+    ndjson_line,
+    ndjson_response,
+    now,
+)
 from utils.api.schemas import Common
 from utils.embedded.http.text import TextAssembler
 from utils.embedded.http.tools import tool_call_tag
@@ -58,6 +68,8 @@ def _settle(pending: list[bool] | None) -> None:
 def _submit(request: Request, runner: ModelRunner, job: Job) -> None:
     runner.submit(job)
     _settle(request.scope.get(_ARRIVAL))
+    if (accepted := request.scope.get(ACCEPTED)) is not None:  # a stream may begin (shaped_routes.py pings)
+        accepted.set()
 
 
 def final_fields(model: str, reason: str, done: Completion | None, load: float, *, chat: bool) -> dict[str, Any]:
@@ -101,7 +113,7 @@ def logprob_entry(info: TokenInfo) -> dict[str, Any]:
 
 
 async def _cancel_on_disconnect(request: Request, job: Job) -> None:
-    """A client that gives up on a non-streaming answer stops its generation, as in Ollama."""
+    """A client that gives up on an answer not yet streaming stops its generation, as in Ollama."""
     await client_gone(request)
     job.cancelled.set()
 
@@ -174,6 +186,13 @@ class Shape:
         if self.dropped_messages or job.truncated_tokens:
             final["truncated"] = {"messages": self.dropped_messages, "tokens": job.truncated_tokens}
 
+    def mark(self, job: Job, response: Response) -> Response:
+        """The cut, as far as it is known when the response starts (the worker cuts a prompt before
+        reading it), in a header every endpoint passes on (utils/api/http.py TRUNCATED)."""
+        if self.dropped_messages or job.truncated_tokens:
+            response.headers[TRUNCATED] = f"messages={self.dropped_messages}, tokens={job.truncated_tokens}"
+        return response
+
 
 async def answer(request: Request, runner: ModelRunner, body: Common, prompt: str, load: float, *,
                  chat: bool, tools: list[dict[str, Any]] | None = None, dropped_messages: int = 0,
@@ -192,7 +211,7 @@ async def answer(request: Request, runner: ModelRunner, body: Common, prompt: st
 
 async def _whole(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,
                  load: float, chat: bool, shape: Shape) -> Response:
-    return json_response(await collect(request, runner, body, job, assembler, load, chat, shape))
+    return shape.mark(job, json_response(await collect(request, runner, body, job, assembler, load, chat, shape)))
 
 
 async def collect(request: Request, runner: ModelRunner, body: Common, job: Job, assembler: TextAssembler,
@@ -294,10 +313,14 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
             job.cancelled.set()  # a client that went away stops the generation
 
     stream = lines()
+    # A client that leaves while its prompt is read stops the reading (no write would tell before then).
+    watcher = asyncio.create_task(_cancel_on_disconnect(request, job))
     try:  # errors before the first token get a proper status; later ones arrive as a line
         first = await stream.__anext__()
     except StopAsyncIteration:
         first = None
+    finally:
+        watcher.cancel()
 
     async def rest() -> AsyncIterator[bytes]:
         try:
@@ -310,4 +333,4 @@ async def _streamed(request: Request, runner: ModelRunner, body: Common, job: Jo
         finally:
             await stream.aclose()
 
-    return ndjson_response(rest())
+    return shape.mark(job, ndjson_response(rest()))

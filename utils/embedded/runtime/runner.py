@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 # On a CUDA build, loading llama.cpp's libraries after numpy's made every model load segfault (seen
@@ -36,7 +36,7 @@ from utils.embedded.runtime.cache import TokenCache, common_prefix
 from utils.embedded.runtime.jobs import Completion, Job, RunnerError, token_info
 from utils.embedded.runtime.llama_params import Kernels, llama_defaults, token_piece, tokenizer
 from utils.embedded.runtime.slots import Answer, Slot, idle_slot, nested_groups, tokenize_group
-from utils.embedded.runtime.truncation import fit_groups
+from utils.embedded.runtime.truncation import Abandoned, fit_groups, log_prompt
 from utils.sampling import sample
 
 TRACE = os.environ.get("SPEC_EMBEDDED_TRACE") == "1"  # print how each burst was grouped (stderr)
@@ -204,7 +204,8 @@ class ModelRunner:
             first = len(group[0].tokens) - 1
             hint = group[0].reuse if group[0].version == slot.cache.version else 0
             riders = self._riders(len(longest) - first)
-            rows = self._evaluate(slot, longest, first_row=first, hint=hint, copy=False, riders=riders)
+            gone = lambda: all(job.cancelled.is_set() for job in group)  # noqa: E731 - read between batches
+            rows = self._evaluate(slot, longest, first_row=first, hint=hint, copy=False, riders=riders, gone=gone)
             rows, rode = rows[: len(longest) - first], rows[len(longest) - first :]
             slot.cache.settle(group[0].walked)
             prompt_ns = time.perf_counter_ns() - started
@@ -216,6 +217,9 @@ class ModelRunner:
         except RunnerError as error:
             for job in group:
                 job.on_done(error)
+        except Abandoned:  # its clients have left: what they are told is never read
+            for job in group:
+                job.on_done(Completion("cancelled", len(job.tokens), 0, 0, 0))
         except Exception as error:  # noqa: BLE001 - a crash here must not kill the worker
             for job in group:
                 job.on_done(RunnerError(f"llama.cpp failed: {error}", 500))
@@ -229,8 +233,8 @@ class ModelRunner:
         riders = [answer for answer in self.answers if not answer.job.cancelled.is_set()]
         return riders if count + len(riders) <= self.exact_rows else []
 
-    def _evaluate(self, slot: Slot, tokens: Sequence[int], first_row: int, hint: int = 0,
-                  copy: bool = True, riders: list[Answer] | None = None) -> np.ndarray:
+    def _evaluate(self, slot: Slot, tokens: Sequence[int], first_row: int, hint: int = 0, copy: bool = True,
+                  riders: list[Answer] | None = None, gone: Callable[[], bool] | None = None) -> np.ndarray:
         """Bring the slot's sequence to `tokens` and return the logits of positions first_row..end.
 
         The tokens before first_row that are not cached yet are evaluated first (their logits are
@@ -238,15 +242,17 @@ class ModelRunner:
         context's last token and the K drafts together), or in several of at most `exact_rows`.
         `hint`: leading tokens known to equal the cache. Without `copy` the rows may be a view of
         llama.cpp's buffer, valid until the next decode. `riders` (`_riders`) go into the last decode,
-        their rows after the slot's.
+        their rows after the slot's. `gone`: whether the clients have left, asked between batches of
+        the prompt (Abandoned), as Ollama's runner stops at its next batch.
         """
         cache = slot.cache
         keep = common_prefix(cache.tokens, tokens, first_row, hint)
         if keep < len(cache.tokens):
             self.llama._ctx.kv_cache_seq_rm(slot.seq, keep, -1)
         cache.truncate(keep)
+        log_prompt(len(tokens), keep)
         if keep < first_row:
-            self._decode(slot, tokens[keep:first_row], rows=False)
+            self._decode(slot, tokens[keep:first_row], rows=False, gone=gone)
         if riders:
             return self._decode_with(slot, tokens[first_row:], riders, copy)
         return self._decode(slot, tokens[first_row:], rows=True, copy=copy)
@@ -274,11 +280,14 @@ class ModelRunner:
         block = self._run_rows([(slot, tokens), *((answer.slot, [answer.next]) for answer in riders)], rows=True)
         return block.copy() if copy else block
 
-    def _decode(self, slot: Slot, tokens: Sequence[int], rows: bool, copy: bool = True) -> np.ndarray:
+    def _decode(self, slot: Slot, tokens: Sequence[int], rows: bool, copy: bool = True,
+                gone: Callable[[], bool] | None = None) -> np.ndarray:
         """Evaluate `tokens` after the slot's cache; with `rows`, return the logits of each (else of none)."""
         size = self.exact_rows if rows else self.llama.n_batch
         outputs = []
         for start in range(0, len(tokens), size):
+            if gone is not None and gone():  # what was read stays cached for the next request
+                raise Abandoned(start, len(tokens))
             chunk_rows = self._run_rows([(slot, tokens[start : start + size])], rows)
             if rows:
                 last = start + size >= len(tokens)  # the next decode would overwrite a view

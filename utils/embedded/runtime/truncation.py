@@ -44,3 +44,21 @@ def _cut(job: Job, num_ctx: int) -> None:
     job.truncated_tokens = before - len(job.tokens)
     job.reuse, job.walked = min(job.reuse, keep), min(job.walked, keep)
     log(f"truncating input prompt: limit {limit}, prompt {before}, keep {keep}, new {len(job.tokens)}")
+
+
+LONG_PROMPT = 1024  # tokens: a prompt this long gets a log line saying how much of it was read
+FEW_TOKENS = 16  # new tokens a validator burst or a draft round reads: no log line for them
+
+
+class Abandoned(Exception):
+    """The clients of a prompt left while it was read: the worker stops at the next batch."""
+
+    def __init__(self, read: int, total: int):
+        super().__init__(f"abandoned after {read} of {total} new tokens")
+        log(f"prompt abandoned by its client: stopped after reading {read} of {total} new tokens")
+
+
+def log_prompt(tokens: int, cached: int) -> None:
+    """A long prompt's line in the server log: how much of it the cache held and how much is read."""
+    if tokens >= LONG_PROMPT and tokens - cached > FEW_TOKENS:
+        log(f"prompt of {tokens} tokens: {cached} cached, {tokens - cached} to read")
