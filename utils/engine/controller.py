@@ -31,6 +31,14 @@ the draft's confidences are known.
 `waits_for_closed_token`: over HTTP a round right after a standard segment also waits for the token
 the closed stream was computing (cost_model.py). It is charged once, where a standard segment is
 left for a draft, not on every round of a run, which would keep drafts that pay from being verified.
+
+Load (`seen`): the costs a decision reads are those measured at the load it is made under, the other
+answers in progress on the same model (`LoadLevels`), since a burst's rows share each decode with
+their tokens: one cost model per load, each learned from its own rounds and standard segments, and
+each round charged what it delays the others (cost_model.py). Where bursts cost more than they save
+at the current concurrency no K pays, and answers go standard as above; at a load where they pay,
+drafts stay. Measured per load, not a fixed batch-size switch. What drafts are worth (calibration)
+does not depend on the load and is shared.
 """
 
 from __future__ import annotations
@@ -55,6 +63,22 @@ CHAIN_K = 8  # the longest draft verified but for a sure copy (k_max's default b
 # past 8 pieces the expected gain of one more is small and its estimate, the product of 9 or more
 # survivals, is only as good as the calibration, so only pieces it is sure of are bet on.
 LONG_SURE = 0.9
+MAX_LOAD = 7  # loads above this many other answers are measured and charged as this many
+
+
+class LoadLevels:
+    """Which cost model a decision reads under a load; as it stands, one whatever the load (the
+    costs' running averages drift with it). `ByLoad` keeps one per load."""
+
+    def level(self, others: int) -> int:
+        return 0
+
+
+class ByLoad(LoadLevels):
+    """One cost model per number of other answers in progress (up to MAX_LOAD)."""
+
+    def level(self, others: int) -> int:
+        return max(0, min(others, MAX_LOAD))
 
 
 class DraftLengthController:
@@ -64,11 +88,25 @@ class DraftLengthController:
     held_to_budget: ClassVar[bool] = True  # an answer's loss budget limits its drafts (budget.py)
     first_token_standard: ClassVar[bool] = True  # the first token as fast as standard generation
 
-    def __init__(self, k_max: int):
+    def __init__(self, k_max: int, load: LoadLevels | None = None):
         self.k_max = k_max
-        self.cost = CostModel()
+        self.load = load or LoadLevels()
+        self.costs = {0: CostModel()}  # by load level (`seen`)
+        self.current = 0
         self.calibration = Calibration(k_max)
         self.trees = Chains()  # which branches of a draft are verified (tree_policy.py): none by default
+
+    @property
+    def cost(self) -> CostModel:
+        """What drafting, verifying and a standard token cost at the load last `seen`."""
+        return self.costs[self.current]
+
+    def seen(self, others: int) -> None:
+        """The other answers in progress on the model now: the decisions and measurements that follow
+        are this load's, until the next `seen`."""
+        self.current = self.load.level(others)
+        if self.current not in self.costs:
+            self.costs[self.current] = CostModel(others=self.current)
 
     # -- decisions -----------------------------------------------------------------------------
 
@@ -164,7 +202,7 @@ class FixedK(DraftLengthController):
     first_token_standard = False
 
     def __init__(self, k_max: int, k: int):
-        super().__init__(k_max)
+        super().__init__(k_max)  # verified whatever it costs: one cost model is enough
         self.k = k
 
     def choose(self, limit: int | None = None) -> int:
@@ -182,8 +220,8 @@ class Adaptive(DraftLengthController):
     """A draft model's: the K with the best expected tokens per second, probes where none pays, and
     whole answers standard where probes keep not paying (the module's docstring)."""
 
-    def __init__(self, k_max: int):
-        super().__init__(k_max)
+    def __init__(self, k_max: int, load: LoadLevels | None = None):
+        super().__init__(k_max, load or ByLoad())
         self.standard_streak = 0  # standard segments since the last round
         self.probe_every = PROBE_EVERY
         self.failed_probes = 0  # rounds in a row that drafted something and did not pay

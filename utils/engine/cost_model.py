@@ -10,6 +10,11 @@ the server had just begun it when the stream was closed, so about one standard t
 this CPU: 74 ms for K = 1 after a segment, a burst alone 43 ms, a standard token 31.5 ms). That wait
 is not what a verification costs: it is taken out of what the round teaches
 (`waited_for_closed_token`), and the policy charges it where a standard segment is left for a draft.
+
+Under load (`others`: the other answers in progress on the model when these costs were measured, one
+cost model per load, controller.py) a burst's rows ride in the same decode as the other answers'
+tokens, so each of them waits what the burst costs beyond a standard step. A round is charged that
+wait too, once per other answer: speculation pays only where the whole server gains.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ class CostModel:
     # (prefill): charged per unseen token, apart from drafting, so that a probe after a long standard
     # segment is judged by what a round costs in a run of rounds.
     catch_up_seconds_per_token: float | None = None
+    others: int = 0  # the other answers in the same decodes as the rounds measured here (the load)
 
     def verify_cost(self, k: int) -> float:
         """Seconds to verify `k` pieces: between the lengths measured here, on the line through their
@@ -53,8 +59,14 @@ class CostModel:
         return v1 + max((v1 - v0) / (k1 - k0), 0.0) * (k - k1)
 
     def round_seconds(self, k: int) -> float:
-        """A round of `k` drafted pieces: drafting them and verifying them."""
-        return self.verify_cost(k) + (self.draft_seconds_per_token or 0.0) * k
+        """A round of `k` drafted pieces: drafting them and verifying them, and, under load, what its
+        burst delays each other answer in the same decode (`crowding`)."""
+        return self.verify_cost(k) + (self.draft_seconds_per_token or 0.0) * k + self.others * self.crowding(k)
+
+    def crowding(self, k: int) -> float:
+        """What a burst of `k` pieces costs beyond a standard step: what each other answer evaluated in
+        the same decode waits for it (on this 2-core CPU each row is computed, not only read)."""
+        return max(self.verify_cost(k) - (self.standard_seconds_per_token or 0.05), 0.0) if self.others else 0.0
 
     def closed_token_wait(self, waits_for_closed_token: bool) -> float:
         """What a round also waits for the closed stream's token: about one standard token."""

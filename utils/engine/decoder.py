@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -89,6 +90,7 @@ class SpeculativeDecoder:
         exact = self.drafter.exact_distribution and await self.target.exact_logprobs() and request.format is None
         method = choose_method(sampling, exact)
         controller = self._controller(method, request.k)
+        controller.seen(self._others(mine=0))  # this answer is not in progress yet
         waits = not self.target.drains
         # A drafter set aside is retried for an answer that begins by copying (Drafter.copies): asked
         # only where the answer would go standard, as it renders the prompt once more.
@@ -100,7 +102,7 @@ class SpeculativeDecoder:
     async def stream(self, request: GenerationRequest, plan: Plan | None = None) -> AsyncGenerator[Event, None]:
         """The answer's events; `plan`: the one `plan(request)` gave, if the caller already asked. The
         target keeps its model as the answer loads it until the answer ends (Target.hold)."""
-        async with self.target.hold(self.target_model, request.options) as load:
+        async with self.target.hold(self.target_model, request.options) as load, self._in_progress():
             answer = await self._start(request, plan or await self._planned(request))
             # A draft model its server unloaded (keep_alive) is loaded before any round is timed, so the
             # controller never counts the load as drafting (Drafter.prepare).
@@ -149,6 +151,21 @@ class SpeculativeDecoder:
 
     # -- the steps -----------------------------------------------------------------------------------
 
+    @asynccontextmanager
+    async def _in_progress(self) -> AsyncIterator[None]:
+        """Counts this answer among those in progress on the model, for the others' controllers (`_others`)."""
+        key = (self.target.url, self.target_model)
+        self.memory.answering[key] += 1
+        try:
+            yield
+        finally:
+            self.memory.answering[key] -= 1
+
+    def _others(self, mine: int = 1) -> int:
+        """The other answers in progress on the model, as this memory counts them (its owner's answers:
+        the proxy's, `cli.py serve`'s), whose tokens share the server's decodes with this answer's rounds."""
+        return self.memory.answering[self.target.url, self.target_model] - mine
+
     def _controller(self, method: str | None, k: int | None) -> DraftLengthController:
         """The controller of answers verified by `method`: one per (server, target, drafter, method),
         shared by the answers of this memory."""
@@ -188,6 +205,7 @@ class SpeculativeDecoder:
         what the answer's loss budget affords (budget.py)."""
         if answer.drafter is None or answer.short_segment:
             return 0
+        answer.controller.seen(self._others())  # the load this round is decided and measured under
         output, limit = answer.output, answer.context_limit
         room = limit - (answer.context_tokens + output.tokens) - 2 if limit and answer.context_tokens else 1 << 30
         # A free drafter's drafts are held to the budget one by one (`verifiable`), a draft model's here.
@@ -212,6 +230,7 @@ class SpeculativeDecoder:
                 proposed = await asyncio.wait_for(drafter.propose(answer.context, k, options, controller.trees.width),
                                                   self.config.draft_timeout)
             proposed = proposed.head(k)
+            controller.seen(others := self._others())
             # A probe is verified whole: that is how the controller learns what its drafts are worth.
             keep = (answer.budget.worth_verifying(proposed, answer.waits_for_closed_token)
                     if len(proposed.confidence) == len(proposed) else len(proposed))
@@ -246,6 +265,7 @@ class SpeculativeDecoder:
         main = verdict.accepted if verdict.branch is None else draft.branches[verdict.branch].at
         if len(draft.confidence) == len(draft):
             answer.budget.tally(draft.confidence, main, min(main + 1, len(draft)), draft.source)
+        controller.seen(others)  # measured under the load it was decided at
         controller.record_round(k, len(draft), main, drafted_at - round_started, verified_at - drafted_at,
                                 unseen, draft.confidence, waited_for_closed_token=answer.waits_for_closed_token,
                                 source=draft.source, tree=bool(draft.branches))

@@ -10,6 +10,7 @@ other's; a test starts from a new one.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,8 @@ class EngineMemory:
     vocabularies: dict[tuple[str, str], tuple[str, Pieces]] = field(default_factory=dict)
     # (server, model) -> why drafts cannot be verified there, or None: planning.verification_gate.
     gates: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    # (server, model) -> answers in progress there: the load the controllers' costs are measured under.
+    answering: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     def controller(self, key: tuple, k_max: int, fixed_k: int | None, free: bool,
                    tree_width: int = 1) -> DraftLengthController:

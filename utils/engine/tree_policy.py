@@ -31,7 +31,8 @@ from utils.engine.draft import Branch, Draft
 class DraftLengthController(Protocol):
     """What a tree policy reads of the controller that holds it (controller.py)."""
 
-    cost: CostModel
+    @property
+    def cost(self) -> CostModel: ...
 
     def survival(self, confidence: float, trust: float = 1.0, source: str = "") -> float: ...
 
