@@ -1,5 +1,5 @@
 """Command line: serve | proxy | models | generate | bench, and the benchmark probes bench-overhead |
-bench-verification | bench-decode | bench-ceiling | bench-proxy | bench-soak | bench-extract.
+bench-verification | bench-decode | bench-ceiling | bench-proxy | bench-soak | bench-extract | bench-load.
 `python cli.py COMMAND --help` for each."""
 
 from __future__ import annotations
@@ -272,6 +272,7 @@ PROBES = {
     "bench-proxy": ("utils.bench.proxy", "through the speculative proxy against straight to its upstream"),
     "bench-soak": ("utils.bench.soak", "soak test of the embedded server: mixed requests, failures, memory"),
     "bench-extract": ("utils.bench.extraction", "structured extraction (format) speculated by cli.py serve"),
+    "bench-load": ("utils.bench.load", "N clients at once, speculation off and on interleaved: tok/s, latency"),
 }
 
 

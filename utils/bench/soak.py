@@ -220,13 +220,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 @contextmanager
-def proxied(upstream: str, proxy: bool) -> Iterator[str]:
-    """`upstream`, or `cli.py proxy --upstream upstream` on a free port, stopped by its pid afterwards."""
+def proxied(upstream: str, proxy: bool, args: list[str] | None = None) -> Iterator[str]:
+    """`upstream`, or `cli.py proxy --upstream upstream` (and `args`, such as `--pair`) on a free port,
+    stopped by its pid afterwards."""
     if not proxy:
         yield upstream
         return
     port = free_port()
-    process = subprocess.Popen([sys.executable, str(CLI), "proxy", "--upstream", upstream, "--port", str(port)],
+    process = subprocess.Popen([sys.executable, str(CLI), "proxy", "--upstream", upstream, "--port", str(port),
+                                *(args or [])],
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         problem = wait_until_healthy(process, f"http://127.0.0.1:{port}/metrics", 60)
