@@ -93,6 +93,14 @@ def served(tmp_path_factory) -> Iterator[str]:
         yield server.url
 
 
+@pytest.fixture(scope="session")
+def standard(server_url: str):
+    """The session server's greedy standard answers, each computed once (tests/support/engine.py)."""
+    from tests.support.engine import StandardAnswers
+
+    return StandardAnswers(server_url)
+
+
 @pytest.fixture
 def client(server_url: str) -> ollama.AsyncClient:
     return ollama.AsyncClient(host=server_url)

@@ -11,7 +11,15 @@ import pytest
 from tests.support.distribution import assert_fits, first_token_distribution
 from tests.support.engine import answer, settings
 from tests.support.models import DRAFT, SMALL, TARGET
-from tests.support.prompts import COLOUR, COLOURS, CONVERSATIONS, EQUALITY_PROMPTS, EQUALITY_TOKENS
+from tests.support.prompts import (
+    COLOUR,
+    COLOURS,
+    CONVERSATIONS,
+    EQUALITY_PROMPTS,
+    EQUALITY_TOKENS,
+    PAIR_PROMPTS,
+    round_kinds,
+)
 from utils.embedded.server import EmbeddedServer
 from utils.engine.answer import collect
 from utils.engine.client import OllamaClient
@@ -27,26 +35,33 @@ from utils.sampling import SamplingOptions
 
 
 @pytest.mark.parametrize(
-    "target, drafter",
-    [(TARGET, DRAFT), ("qwen2.5-coder:0.5b", SMALL), ("qwen2.5-coder:0.5b", "lookup"),
-     ("qwen2.5-coder:0.5b", "suffix")],
+    "target, drafter, prompts",
+    [(TARGET, DRAFT, PAIR_PROMPTS), ("qwen2.5-coder:0.5b", SMALL, EQUALITY_PROMPTS),
+     ("qwen2.5-coder:0.5b", "lookup", EQUALITY_PROMPTS), ("qwen2.5-coder:0.5b", "suffix", EQUALITY_PROMPTS)],
     ids=["qwen-pair", "smollm2-cross-tokenizer", "prompt-lookup", "suffix"],
 )
-async def test_greedy_speculative_equals_standard(server_url, target, drafter):
+async def test_greedy_speculative_equals_standard(server_url, standard, target, drafter, prompts):
+    """Protects exact greedy output with each kind of drafter: a draft model of the same family, one
+    with another tokenizer, and the two model-free drafters. The Qwen pair (its 1.5B target the
+    costliest) runs the two shortest prompts of each category, and must still see every kind of
+    round: drafts taken whole (with the bonus token), cut short, and refused at their first token."""
     drafted = accepted = 0
-    for prompt in EQUALITY_PROMPTS:
+    kinds = set()
+    for prompt in prompts:
         request = GenerationRequest(prompt=prompt["prompt"], max_tokens=EQUALITY_TOKENS, k=4)
-        standard = await answer(server_url, target, "none", request)
         speculative = await answer(server_url, target, drafter, request)
-        assert speculative["text"] == standard["text"], prompt["id"]
+        assert speculative["text"] == (await standard(target, request))["text"], prompt["id"]
         assert "".join(text for text, _ in speculative["pieces"]) == speculative["text"]
         drafted += speculative["stats"]["drafted_tokens"]
         accepted += speculative["stats"]["accepted_tokens"]
+        kinds |= round_kinds(speculative["stats"]["rounds"])
     assert drafted > 0 and accepted > 0  # speculation really ran, and the drafts were used
+    if drafter == DRAFT:
+        assert kinds == {"all", "some", "none"}, kinds
 
 
 @pytest.mark.parametrize("late", ["drafts", "context"])
-async def test_greedy_exact_when_bursts_arrive_split(server_url, monkeypatch, late):
+async def test_greedy_exact_when_bursts_arrive_split(server_url, standard, monkeypatch, late):
     """On a busy machine a validator burst can reach the server in two parts, each evaluated apart
     (and the longer prompts first when the context's request is the late one). Here every burst is
     split at a varying point: the late part is sent only once the early part has been answered, so
@@ -96,9 +111,8 @@ async def test_greedy_exact_when_bursts_arrive_split(server_url, monkeypatch, la
     drafted = 0
     for prompt in EQUALITY_PROMPTS[:4]:
         request = GenerationRequest(prompt=prompt["prompt"], max_tokens=EQUALITY_TOKENS, k=4)
-        standard = await answer(server_url, "qwen2.5-coder:0.5b", "none", request)
         speculative = await answer(server_url, "qwen2.5-coder:0.5b", SMALL, request)
-        assert speculative["text"] == standard["text"], prompt["id"]
+        assert speculative["text"] == (await standard("qwen2.5-coder:0.5b", request))["text"], prompt["id"]
         drafted += speculative["stats"]["drafted_tokens"]
     # Bursts really went through the patched requests, and were really split.
     assert drafted > 0 and rounds[0] > 0 and held[0] > 0, (drafted, rounds, held)

@@ -27,14 +27,16 @@ WIDTH = 3
 DRAFTERS = ("suffix", SMALL)  # a draft model: its second choices where it is unsure
 
 
-async def test_greedy_answers_with_trees_equal_standard_on_the_32_prompts(server_url):
+async def test_greedy_answers_with_trees_equal_standard_on_the_32_prompts(server_url, standard):
+    """Protects exact greedy output when whole trees are verified: a branch taken must give the
+    standard text, with suffix decoding's and a draft model's second choices."""
     trees = Counter[str]()
     for prompt in EQUALITY_PROMPTS:
         request = GenerationRequest(prompt=prompt["prompt"], max_tokens=EQUALITY_TOKENS, k=4)
-        standard = await answer(server_url, TARGET, "none", request)
+        expected = (await standard(TARGET, request))["text"]
         for drafter in DRAFTERS:
             speculative = await answer(server_url, TARGET, drafter, request, tree_width=WIDTH, p_min=0.0)
-            assert speculative["text"] == standard["text"], (prompt["id"], drafter)
+            assert speculative["text"] == expected, (prompt["id"], drafter)
             stats = speculative["stats"]
             trees[drafter] += stats["tree_rounds"]
             trees["branch tokens"] += stats["branch_tokens"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 from config import Settings
 from utils.engine.answer import collect
 from utils.engine.client import OllamaClient
@@ -24,3 +26,19 @@ async def answer(server_url: str, target: str, drafter: str, request: Generation
         return await collect(decoder, request)
     finally:
         await server.aclose()
+
+
+class StandardAnswers:
+    """Greedy standard answers of one server, each computed once: greedy decoding makes one a function
+    of the model and the request alone, and the equality tests hold several drafters (and trees) to
+    the same ones. `await standard(target, request)` gives a copy, for the test to keep or change."""
+
+    def __init__(self, server_url: str):
+        self.server_url = server_url
+        self.known: dict[tuple[str, str], dict] = {}
+
+    async def __call__(self, target: str, request: GenerationRequest) -> dict:
+        key = (target, repr(request))
+        if key not in self.known:
+            self.known[key] = await answer(self.server_url, target, "none", request)
+        return copy.deepcopy(self.known[key])
