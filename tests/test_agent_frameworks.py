@@ -1,10 +1,10 @@
 """The Python agent frameworks people build on, driven against the embedded server (the session's
 `server_url`) with a small model, greedy and with few tokens: openai-agents through the Responses API
 and through Chat Completions, each running a function tool and answering with its result;
-pydantic-ai's agent with a typed output
-(JSON-schema mode); instructor in JSON-schema mode (`response_format`), its
-answer validated into a pydantic model. Each runs the framework's own loop, unmodified, over HTTP.
-"""
+pydantic-ai's agent with a typed output and instructor, both in JSON-schema mode (`response_format`),
+their answers validated into a pydantic model. Each runs the framework's own loop, unmodified, over
+HTTP. The tool round trip needs the model's call read as Ollama reads it (issue 55, item 2: the
+library Modelfile's template, under which qwen2.5-coder writes bare JSON calls)."""
 
 from __future__ import annotations
 
