@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
+from playwright.sync_api import Browser, Page, expect, sync_playwright
 
 from config import Settings
 from tests.support.browser import (
@@ -25,6 +25,11 @@ from tests.support.browser import (
     running_app,
 )
 from tests.support.models import SMALL
+
+# Playwright's `expect` gives up after 5 s by default: after a wait for the script run, what it looks
+# for is drawn at once on a quiet machine, but a busy one can take longer to draw it. A passing check
+# returns as soon as it passes, so a generous deadline costs nothing.
+expect.set_options(timeout=60_000)
 
 
 @pytest.fixture

@@ -23,16 +23,65 @@ SMALL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"  # SMALL's file in the models fol
 VIEWPORT = {"width": 1400, "height": 1000}
 APP_START_TIMEOUT = 60  # seconds until Streamlit answers its health check
 
-# Installed before any page script: counts the runs of the Streamlit script, so a test can wait for
-# the rerun its click caused to finish (stApp carries data-test-script-state="running"/"notRunning").
+# Installed before any page script: reads what the app's server sends over Streamlit's websocket (one
+# ForwardMsg per frame; its top-level protobuf fields say what it is), so a test waits on what the
+# server did, not on what a busy browser happened to draw (React may batch a quick run's "running"
+# and "notRunning" into one render, or many partial texts into one). window.__runs counts:
+# - completed: full script runs finished (script_finished 0 or 1; 2 is "stopped for a rerun", and
+#   the next run follows; 3 is a fragment's run), and busy: one under way (set by new_session);
+# - asked: the runs the browser asked for (a rerun_script message, as a widget or page link sends).
+# The partial answer texts sent (a delta holding the typing cursor ▌) are counted, distinct, in
+# window.__stream.partials once driving.WATCH_STREAM has set it up.
 WATCH_RUNS = """
-window.__scriptRuns = 0;
+if (window.top === window) (() => {  // the app's page, not a frame inside it
+window.__runs = {completed: 0, busy: false, asked: 0};
 sessionStorage.setItem('loads', String(Number(sessionStorage.getItem('loads') || 0) + 1));
-new MutationObserver((mutations) => {
-  for (const m of mutations) {
-    if (m.target.getAttribute('data-test-script-state') === 'running') window.__scriptRuns += 1;
+const CURSOR = [0xe2, 0x96, 0x8c];  // ▌ in UTF-8
+const fields = (bytes) => {  // top-level field number -> varint value (or true) of a protobuf message
+  const found = {};
+  let at = 0;
+  const varint = () => { let value = 0, shift = 0, byte;
+    do { byte = bytes[at++]; value += (byte & 0x7f) * 2 ** shift; shift += 7; } while (byte & 0x80);
+    return value; };
+  while (at < bytes.length) {
+    const key = varint(), number = Math.floor(key / 8), wire = key % 8;
+    if (wire === 0) found[number] = varint();
+    else if (wire === 2) { const length = varint(); at += length; found[number] = true; }
+    else if (wire === 1) { at += 8; found[number] = true; }
+    else if (wire === 5) { at += 4; found[number] = true; }
+    else break;
   }
-}).observe(document, {subtree: true, attributes: true, attributeFilter: ['data-test-script-state']});
+  return found;
+};
+const hasCursor = (bytes) => bytes.some((b, i) => b === CURSOR[0] && bytes[i + 1] === CURSOR[1]
+                                                  && bytes[i + 2] === CURSOR[2]);
+const onFrame = (data) => {
+  if (!(data instanceof ArrayBuffer)) return;
+  const bytes = new Uint8Array(data), msg = fields(bytes);
+  if (msg[4]) window.__runs.busy = true;  // new_session: a run started
+  if (6 in msg && msg[6] !== 3) {  // script_finished, not a fragment's
+    window.__runs.busy = msg[6] === 2;  // stopped for a rerun: the next run follows
+    if (msg[6] !== 2) window.__runs.completed += 1;
+  }
+  if (msg[5] && window.__stream && hasCursor(bytes)) {  // a delta drawing a partial answer
+    const partial = Array.from(bytes).join(',');
+    if (!window.__stream.sent.has(partial)) { window.__stream.sent.add(partial); window.__stream.partials += 1; }
+  }
+};
+const Native = window.WebSocket;
+window.WebSocket = class extends Native {
+  constructor(...args) {
+    super(...args);
+    this.addEventListener('message', (event) => onFrame(event.data));
+  }
+  send(data) {  // a BackMsg: count those asking for a run (rerun_script, field 11)
+    const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : ArrayBuffer.isView(data)
+      ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength) : null;
+    if (bytes && fields(bytes)[11]) window.__runs.asked += 1;
+    return super.send(data);
+  }
+};
+})();
 """
 
 

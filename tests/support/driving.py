@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCREENSHOTS = ROOT / os.environ.get("SPEC_SCREENSHOTS_DIR", "artifacts/tmp/screenshots")
 
 ANSWER_TIMEOUT = 240_000  # ms for one answer (or two on Compare): two shared cores can be slow
-NAV_RETRY_MS = 15_000  # a page link that started no run by then is clicked again (open_page)
+NAV_RETRY_MS = 15_000  # a page link after which the browser asked for no run by then is clicked again
 RERUN_TIMEOUT = 120_000  # ms for a rerun after a widget change (the sidebar asks the server each time)
 MAX_TOKENS = 40
 STANDARD_PROMPT = "Name three colours of the rainbow."
@@ -35,27 +35,33 @@ MAX_SCREENSHOT_HEIGHT = 2400
 FULL_HEIGHT = """() => Math.max(document.documentElement.scrollHeight, ...[...document.querySelectorAll('*')]
   .filter(e => ['auto', 'scroll'].includes(getComputedStyle(e).overflowY))
   .map(e => e.scrollHeight + e.getBoundingClientRect().top))"""
+# True once the page's height and every chart's size are what they were at the last look (polled):
+# the charts have redrawn at a new window size, however long that took.
+LAYOUT_SETTLED = """() => {
+  const now = JSON.stringify([document.documentElement.scrollHeight,
+    ...[...document.querySelectorAll('[data-testid="stPlotlyChart"] .main-svg')]
+      .map(e => [e.clientWidth, e.clientHeight])]);
+  const settled = window.__layout === now;
+  window.__layout = now;
+  return settled;
+}"""
 SCROLL_TO_TOP = """() => { for (const e of document.querySelectorAll('*')) if (e.scrollTop) e.scrollTop = 0;
   window.scrollTo(0, 0); }"""
 LOADS = "Number(sessionStorage.getItem('loads'))"  # counted by conftest.WATCH_RUNS
 SCRIPT_STATE = "document.querySelector('[data-testid=\"stApp\"]')?.getAttribute('data-test-script-state')"
 
-# Watches the newest chat message while an answer streams: whether the typing cursor showed, and how
-# many different partial texts were drawn before the final one.
+# Watches an answer stream: the partial texts the server sent (counted by browser.WATCH_RUNS from the
+# websocket), and, for a failure's message, how many different partial texts the page drew (any
+# chat message with the typing cursor: while a run redraws the page, messages of the run before stay
+# in place below the one streaming). A busy browser draws several partial texts as one, or none.
 WATCH_STREAM = """
 () => {
   const seen = new Set();
-  window.__stream = {cursor: false, partials: 0};
+  window.__stream = {sent: new Set(), partials: 0, drawn: 0};
   new MutationObserver(() => {
-    const messages = document.querySelectorAll('[data-testid="stChatMessage"]');
-    const last = messages[messages.length - 1];
-    if (!last || !last.querySelector('[data-testid="stChatMessageAvatarAssistant"]')) return;
-    const text = last.innerText;
-    if (text.includes('\u258c')) {
-      window.__stream.cursor = true;
-      seen.add(text);
-      window.__stream.partials = seen.size;
-    }
+    for (const m of document.querySelectorAll('[data-testid="stChatMessage"]'))
+      if (m.innerText.includes('\u258c')) seen.add(m.innerText);
+    window.__stream.drawn = seen.size;
   }).observe(document.body, {subtree: true, childList: true, characterData: true});
 }
 """
@@ -64,21 +70,24 @@ WATCH_STREAM = """
 # -- driving Streamlit ------------------------------------------------------------------------------------
 
 
-def run_mark(page: Page) -> tuple[int, int]:
-    """Where the page stands: how many times it has loaded in this tab, and the script runs since."""
-    return tuple(page.evaluate(f"[{LOADS}, window.__scriptRuns]"))
+def run_mark(page: Page) -> tuple[int, int, int]:
+    """Where the page stands: how many times it has loaded in this tab, the script runs the server
+    finished since, and the runs the browser asked it for (browser.WATCH_RUNS)."""
+    return tuple(page.evaluate(f"[{LOADS}, window.__runs.completed, window.__runs.asked]"))
 
 
-def wait_idle(page: Page, mark: tuple[int, int] = (0, 0), timeout: float = RERUN_TIMEOUT) -> None:
-    """Wait until the script has run since `mark` (a reload counts as such) and is no longer running."""
-    loads, runs = mark
-    ran = f"({LOADS} > {loads} ? window.__scriptRuns > 0 : window.__scriptRuns > {runs})"
+def wait_idle(page: Page, mark: tuple[int, ...] = (0, 0, 0), timeout: float = RERUN_TIMEOUT) -> None:
+    """Wait until the server has finished a script run since `mark` (taken before the click; a reload
+    counts as such), none is under way, and the page has drawn the end of it."""
+    loads, completed = mark[:2]
+    ran = f"({LOADS} > {loads} ? window.__runs.completed > 0 : window.__runs.completed > {completed})"
     try:
-        page.wait_for_function(f"{ran} && {SCRIPT_STATE} === 'notRunning'", timeout=timeout)
+        page.wait_for_function(f"{ran} && !window.__runs.busy && {SCRIPT_STATE} === 'notRunning'", timeout=timeout)
     except TimeoutError:
-        now, state = page.evaluate(f"[[{LOADS}, window.__scriptRuns], {SCRIPT_STATE}]")
-        raise AssertionError(f"no finished script run in {timeout / 1000:.0f} s: (page loads, runs) went from "
-                             f"{tuple(mark)} to {tuple(now)}; script state {state!r}") from None
+        now, state = page.evaluate(f"[[{LOADS}, window.__runs.completed, window.__runs.asked], {SCRIPT_STATE}]")
+        raise AssertionError(f"no finished script run in {timeout / 1000:.0f} s: (page loads, runs finished, "
+                             f"runs asked) went from {tuple(mark)} to {tuple(now)}; script state {state!r}"
+                             ) from None
 
 
 def rerun_after(page: Page, action: Callable[[], None], timeout: float = RERUN_TIMEOUT) -> None:
@@ -91,15 +100,14 @@ def rerun_after(page: Page, action: Callable[[], None], timeout: float = RERUN_T
 def open_page(page: Page, name: str) -> None:
     """Go to another page of the app by its sidebar link. A click can be lost (seen once in CI: no
     script run at all in 120 s after it), and going to a page twice is going there once, so a click
-    that has started no run within NAV_RETRY_MS is made again."""
+    after which the browser has asked the server for no run within NAV_RETRY_MS is made again."""
     link = sidebar(page).get_by_role("link", name=name)
     mark = run_mark(page)
     link.click()
     try:
-        return wait_idle(page, mark, timeout=NAV_RETRY_MS)
-    except AssertionError:
-        if run_mark(page) == mark:  # nothing ran: the click did not arrive
-            link.click()
+        page.wait_for_function(f"window.__runs.asked > {mark[2]}", timeout=NAV_RETRY_MS)
+    except TimeoutError:  # the click did not arrive
+        link.click()
     wait_idle(page, mark)
 
 
@@ -190,9 +198,15 @@ def send(page: Page, prompt: str) -> None:
     # Done: the saved answer is redrawn with its stats line, and the script is idle.
     expect(assistant_messages(page).last.get_by_test_id("stExpander")).to_have_count(1, timeout=ANSWER_TIMEOUT)
     wait_idle(page, mark, timeout=ANSWER_TIMEOUT)
-    stream = page.evaluate("window.__stream")
-    assert stream["cursor"], "the answer never showed its typing cursor while streaming"
-    assert stream["partials"] >= 2, f"the answer did not stream: {stream['partials']} partial text(s) drawn"
+    assert_streamed(page)
+
+
+def assert_streamed(page: Page) -> None:
+    """The answer since WATCH_STREAM streamed: the server sent at least two different partial texts
+    (the cursor alone, then some text) before the whole answer. What the page drew of them is not
+    asked: a browser short of CPU draws several as one, or only the finished answer."""
+    partials, drawn = page.evaluate("[window.__stream.partials, window.__stream.drawn]")
+    assert partials >= 2, f"the answer did not stream: the server sent {partials} partial text(s) ({drawn} drawn)"
 
 
 def answer_stats(message: Locator) -> dict[str, str]:
@@ -222,34 +236,19 @@ def screenshot(page: Page, name: str) -> Path:
     height = page.evaluate(FULL_HEIGHT)
     page.set_viewport_size({**VIEWPORT, "height": min(max(height, VIEWPORT["height"]), MAX_SCREENSHOT_HEIGHT)})
     page.evaluate(SCROLL_TO_TOP)
-    page.wait_for_timeout(800)  # charts redraw at the new size
+    page.wait_for_function(LAYOUT_SETTLED, polling=250, timeout=RERUN_TIMEOUT)  # charts redraw at the new size
     page.screenshot(path=str(path), full_page=True)
     page.set_viewport_size(VIEWPORT)
     assert path.stat().st_size > 10_000
     return path
 
 
-# Whether any chat message showed the typing cursor: while a run redraws the page, messages of the run
-# before stay in place (stale) below the one streaming, so "the last message" is not the streaming one.
-WATCH_CURSOR = """() => {
-  window.__cursorSeen = false;
-  new MutationObserver(() => {
-    for (const m of document.querySelectorAll('[data-testid="stChatMessage"]'))
-      if (m.innerText.includes('\\u258c')) window.__cursorSeen = true;
-  }).observe(document.body, {subtree: true, childList: true, characterData: true});
-}"""
-ANSWER_REDRAWN = """() => {
-  const answers = [...document.querySelectorAll('[data-testid="stChatMessage"]')]
-    .filter(m => m.querySelector('[data-testid="stChatMessageAvatarAssistant"]'));
-  const last = answers[answers.length - 1];
-  return window.__cursorSeen && !!last && !!last.querySelector('[data-testid="stExpander"]')
-    && !last.innerText.includes('\\u258c') && """ + SCRIPT_STATE + """ === 'notRunning';
-}"""
-
-
 def answer_after(page: Page, action: Callable[[], None]) -> None:
     """Click something that asks for a new answer (Regenerate, Send after an edit) and wait until that
-    answer has streamed (its cursor showed), been saved and been redrawn with its stats."""
-    page.evaluate(WATCH_CURSOR)
-    action()
-    page.wait_for_function(ANSWER_REDRAWN, timeout=ANSWER_TIMEOUT)
+    answer has streamed, been saved and been redrawn with its stats, and the script is idle."""
+    page.evaluate(WATCH_STREAM)
+    rerun_after(page, action, timeout=ANSWER_TIMEOUT)
+    last = assistant_messages(page).last
+    expect(last.get_by_test_id("stExpander")).to_have_count(1)
+    expect(last).not_to_contain_text("\u258c")
+    assert_streamed(page)
