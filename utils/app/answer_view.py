@@ -233,10 +233,11 @@ class _LiveView:
         if not counted or now - self.text_at <= TEXT_REFRESH_SECONDS:
             return
         # The chart first: the browser draws each in turn, and new green must not show before its count.
-        stats = answer.so_far() if self.chart_slot is not None else None
-        if stats is not None and (stats.output_tokens, stats.accepted_tokens) != self.charted and (
-                stats.accepted_tokens != self.charted[1] or now - self.chart_at > CHART_REFRESH_SECONDS):
-            # New green is charted at once; otherwise the chart is redrawn less often than the text.
+        # New green is charted at once; otherwise the chart is redrawn less often than the text.
+        accepted = answer.live.accepted_tokens if answer.live else 0
+        due = accepted != self.charted[1] or now - self.chart_at > CHART_REFRESH_SECONDS
+        stats = answer.so_far() if self.chart_slot is not None and due else None
+        if stats is not None and (stats.output_tokens, stats.accepted_tokens) != self.charted:
             self.chart_slot.plotly_chart(answer_figure(stats, self.baseline), key=chart_key())
             self.charted, self.chart_at = (stats.output_tokens, stats.accepted_tokens), now
         thinking, text = len(answer.thinking), len(answer.text)
