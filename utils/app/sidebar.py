@@ -79,12 +79,18 @@ class Choices:
 
 @st.cache_data(ttl=600, show_spinner="Reading the tokenizers of the server's models…")
 def drafter_relations(_settings: Settings, url: str, target: str, models: tuple[str, ...]) -> dict[str, str]:
-    """Each model's relation to `target`: "same" | "cross" | "unusable" (a model that fails to load)."""
+    """Each model's relation to `target`: "same" | "cross" | "unusable" (a model that fails to load) |
+    "larger" (at least the target's size: it cannot guess faster than the target writes, as a copy of
+    the target under another name, left over from a Modelfile, cannot)."""
     client = server(_settings, url)
 
     async def relate() -> dict[str, str]:
+        sizes = {m.get("model"): m.get("size") or 0 for m in await client.list_models()}
         relations = {}
         for model in models:
+            if sizes.get(target) and sizes.get(model, 0) >= sizes[target]:
+                relations[model] = "larger"
+                continue
             try:
                 relations[model] = await tokenizer_relation(client, target, client, model)
             except ServerError:
@@ -224,9 +230,11 @@ def sidebar(settings: Settings) -> tuple[ServerInfo | None, Choices | None]:
         drafter = bar.selectbox("Drafter", options, key="drafter",
                                 index=_initial("drafter", remembered.index("drafter", options, wanted), 0),
                                 help="where the guessed tokens come from: the prompt itself, or a smaller model")
-        left_out = sorted(name for name, relation in related.items() if relation not in USABLE)
-        bar.caption(f"{drafter}: {relation_label(relations[drafter])}" +
-                    (f" · not offered (cannot draft for {target}): {', '.join(left_out)}" if left_out else ""))
+        larger = sorted(name for name, relation in related.items() if relation == "larger")
+        unusable = sorted(name for name, relation in related.items() if relation == "unusable")
+        bar.caption(f"{drafter}: {relation_label(relations[drafter])}"
+                    + (f" · not offered, not smaller than {target}: {', '.join(larger)}" if larger else "")
+                    + (f" · not offered, cannot draft for {target}: {', '.join(unusable)}" if unusable else ""))
         if drafter not in model_free and info.version_tuple < LOGPROBS_SINCE and not info.embedded:
             bar.warning(f"Draft models need Ollama {'.'.join(map(str, LOGPROBS_SINCE))} or newer (log-probabilities); "
                         "upgrade Ollama or use a drafter that needs no model.")
