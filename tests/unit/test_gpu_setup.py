@@ -31,7 +31,7 @@ def served_gpu_layers(environment: dict[str, str]) -> int:
         "import uvicorn\n"
         "from config import Settings\n"
         "from utils.embedded import server\n"
-        "uvicorn.run = lambda app, **_: print(app.state.models.gpu_layers)\n"
+        "uvicorn.run = lambda log, **_: print(log.app.state.models.gpu_layers)\n"  # the app inside its request log
         "server.serve('127.0.0.1', 0, Settings())\n"
     )
     env = {key: value for key, value in os.environ.items() if key not in ("SPEC_GPU_LAYERS", "SPEC_PARENT_PID")}
