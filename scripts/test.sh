@@ -11,7 +11,13 @@ bash scripts/install_browser.sh  # Debian's chromium, for tests/e2e
 lint=0
 .venv/bin/ruff check . || lint=$?
 .venv/bin/mypy utils || lint=$?
-.venv/bin/python -m pytest "$@" || exit $?
+# Two workers (pytest-xdist, each with its own session servers and temporary folders, a file's tests
+# kept together) where the machine has the cores for them: on two cores they share the same two and
+# ran slower (docs/testing.md, "Two workers"). Arguments given here come after: `-n 0` runs in one
+# process.
+workers=()
+if [ "$(nproc)" -ge 4 ]; then workers=(-n 2 --dist loadfile); fi
+.venv/bin/python -m pytest ${workers[@]+"${workers[@]}"} "$@" || exit $?
 if [ "$lint" -ne 0 ]; then
   echo "ruff or mypy found problems (above): failing although the tests passed" >&2
 fi
