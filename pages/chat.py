@@ -11,6 +11,7 @@ resend, and the example prompts work the same way: their callbacks change the st
 import streamlit as st
 
 from utils.app.answer_view import Answer, Streaming, show_message, stream_answer
+from utils.app.asks import ask_kind, question, remember_answer
 from utils.app.conversations import (
     ask,
     baseline_controls,
@@ -24,6 +25,7 @@ from utils.app.examples import INTRO, first_screen
 from utils.app.preferences import Preferences
 from utils.app.runtime import current, store
 from utils.app.speed import remember_baseline
+from utils.bench.first_asks import AGAIN
 
 settings, server, choices = current()
 usable = server is not None and choices is not None  # without, the conversations stay readable
@@ -71,12 +73,16 @@ if prompt and prompt.strip():  # a message of spaces alone is not sent
 if streaming is not None:
     streaming.started = True
     answer = Answer()
+    # Whether the drafter has answered this question before (suffix decoding then copies that answer):
+    # decided before it streams and saved with it, so its speed-up is never shown as a first ask's.
+    asked = question(messages)
+    kind = ask_kind(server.url, choices.target, choices.drafter, asked) if choices.speculative else None
     try:
         with st.chat_message("assistant"):
             st.button("Stop", icon=":material/stop:", key="stop", help="stop the answer here; what it said is kept")
             request = choices.request(chat_history(messages), settings.engine)
             stream_answer(settings, server.url, choices, request, highlight=highlight, baseline=baseline,
-                          answer=answer)
+                          answer=answer, asked_again=kind == AGAIN)
     except BaseException:  # Stop, or any rerun (a setting, another page) while it streamed
         answer.stop()
         raise
@@ -84,9 +90,10 @@ if streaming is not None:
         conversations.add_message(conversation_id, "assistant", answer.text, pieces=answer.pieces,
                                   stats=answer.stats, note=answer.note, stopped=answer.stopped,
                                   thinking=answer.thinking, thinking_pieces=answer.thinking_pieces,
-                                  baseline=baseline if choices.speculative else None)
+                                  baseline=baseline if choices.speculative else None, ask=kind)
         streaming.saved.set()
     st.session_state.streaming = None
     if answer.stats:
         remember_baseline(conversations, server.url, answer.stats, "last standard answer in Chat")
+        remember_answer(server.url, choices.target, answer.stats, asked)  # the next answer to it is a repeat
     st.rerun()  # redraw from the store: the saved answer, its stats and charts

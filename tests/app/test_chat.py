@@ -181,9 +181,14 @@ def test_the_qwen_example_picks_the_pair_and_answers_with_it(data_dir):
 
 
 def test_chat_shows_no_speedup_where_nothing_was_drafted(data_dir):
-    """A speed-up only where speculation ran: otherwise the reason, in the answer's caption."""
+    """A speed-up only where speculation ran: otherwise the reason, in the answer's caption. Where there
+    is a figure it says what it compares: this answer's rate, or a question asked again, against a
+    standard baseline taken recently at a comparable context length."""
+    from utils.app.store import now
+
     stored = ConversationStore(data_dir / "conversations.sqlite3")
-    baseline = {"tokens_per_second": 20.0, "how": "last standard answer in Chat", "measured_at": "2026-01-01T00:00:00"}
+    baseline = {"tokens_per_second": 20.0, "how": "last standard answer in Chat", "measured_at": now(),
+                "context_tokens": 30}
     conversation = stored.create("speeds")
     stored.add_message(conversation, "user", "hello")
     stored.add_message(conversation, "assistant", "x" * 127, baseline=baseline,
@@ -192,16 +197,50 @@ def test_chat_shows_no_speedup_where_nothing_was_drafted(data_dir):
     stored.add_message(conversation, "assistant", "short", baseline=baseline, stats=speculative_stats(3, 3, 3, [4]))
     stored.add_message(conversation, "user", "and again")
     stored.add_message(conversation, "assistant", "fine", baseline=baseline,
-                       stats=speculative_stats(40, 30, 20, [4] * 8))
+                       stats=speculative_stats(40, 30, 20, [4] * 8), ask="first ask")
+    stored.add_message(conversation, "user", "and again")
+    stored.add_message(conversation, "assistant", "fine", baseline=baseline,
+                       stats=speculative_stats(40, 36, 36, [4] * 9, tokens_per_second=60.0), ask="asked again")
 
     at = open_app()
     captions = [c.value for c in at.caption if c.value.startswith("speculative")]
-    assert len(captions) == 3, captions
+    assert len(captions) == 4, captions
     assert ("no speed-up shown: drafted 2 of 127 tokens: the controller found drafting did not pay here"
             in captions[0]) and "×" not in captions[0]
     assert "no speed-up shown: 3 tokens is too short an answer to measure a speed-up" in captions[1]
     assert "×" not in captions[1]
-    assert "speed-up ×2.00 against standard baseline 20.0 tokens/s" in captions[2]
+    assert ("speed-up ×2.00 (this answer's tokens/s) against the standard baseline 20.0 tokens/s (last standard "
+            "answer in Chat, at 30 tokens of context" in captions[2])
+    assert "standard generation on this server at a comparable context length (this answer: about 20 tokens)" in \
+        captions[2]
+    assert "speed-up ×3.00 (asked again: the drafter had already answered this question and copies it" in captions[3]
+
+
+def test_a_question_asked_again_is_marked_before_it_streams_and_its_speedup_says_so(data_dir):
+    """Suffix decoding (the default drafter) remembers its answers: the same question asked again is
+    drafted from the first answer, a copy. Chat decides before streaming whether the drafter has
+    answered the question, saves that with the answer, and its speed-up line says "asked again":
+    never shown as a first ask's figure, in the session or after a reload."""
+    question = "Repeat this sentence exactly: Seven green owls sing softly at noon."  # asked nowhere else
+    at = open_app()
+    short_answers(at, speculative=False)
+    at.chat_input[0].set_value(question).run()  # the standard baseline, at this context length
+    short_answers(at, speculative=True, drafter="suffix")
+    for _ in range(2):  # a first ask, then the same question again
+        at.chat_input[0].set_value(question).run()
+        assert not at.exception, at.exception
+
+    stored = ConversationStore(data_dir / "conversations.sqlite3")
+    [conversation] = stored.conversations()
+    answers = [m for m in stored.messages(conversation["id"]) if m["role"] == "assistant"]
+    assert [m["ask"] for m in answers] == [None, "first ask", "asked again"]
+    for shown in (at, open_app()):  # this session, and a reload drawn from the store
+        captions = [c.value for c in shown.caption if c.value.startswith("speculative")]
+        assert len(captions) == 2, captions
+        assert "asked again" not in captions[0]
+        assert "speed-up ×" in captions[1] and "asked again: the drafter had already answered this question" in \
+            captions[1], captions[1]
+        assert "this answer's tokens/s" not in captions[1]
 
 
 def test_a_stopped_answer_keeps_its_text_and_the_rounds_so_far():
@@ -224,11 +263,13 @@ def test_a_stopped_answer_keeps_its_text_and_the_rounds_so_far():
 def test_the_chart_says_so_far_only_while_the_answer_streams():
     from utils.app.speed import speedup_so_far
 
-    baseline = {"tokens_per_second": 20.0}
+    baseline = {"tokens_per_second": 20.0, "context_tokens": 50}  # like-for-like: about the answer's context
     live = speculative_stats(100, 80, 60, [4] * 20, done_reason="")
     assert speedup_so_far(live, baseline, 30.0) == "speed-up so far ×1.50 against the standard baseline"
     finished = live.model_copy(update={"done_reason": "stop"})
     assert speedup_so_far(finished, baseline, 30.0) == "speed-up ×1.50 against the standard baseline"
+    assert (speedup_so_far(finished, baseline, 30.0, asked_again=True)
+            == "speed-up ×1.50 (asked again: a copy) against the standard baseline")
     short = finished.model_copy(update={"output_tokens": 3, "drafted_tokens": 3})
     # Why not is said once, in full, in the line under the answer (a chart title cut it off).
     assert speedup_so_far(short, baseline, 30.0) == "no speed-up figure (why: under the answer)"

@@ -21,6 +21,7 @@ from utils.app.runtime import context_full, engine_memory, failure_text, iterate
 from utils.app.sidebar import Choices
 from utils.app.speed import speedup_text
 from utils.app.store import stats_summary
+from utils.bench.first_asks import AGAIN
 from utils.engine.client import OllamaClient
 from utils.engine.drafters import NONE
 from utils.engine.events import DoneEvent, Event, FallbackEvent, GenerationError, RoundEvent, TextEvent, ThinkingEvent
@@ -162,17 +163,19 @@ def show_thinking(slot, thinking: str, pieces: list[list[str]] | None = None, hi
 
 def stream_answer(settings: Settings, url: str, choices: Choices, request: GenerationRequest, *,
                   highlight: bool = False, baseline: dict[str, Any] | None = None, charts: bool = True,
-                  drafter: str | None = None, answer: Answer | None = None) -> Answer:
+                  drafter: str | None = None, answer: Answer | None = None, asked_again: bool = False) -> Answer:
     """Run one answer, drawing it in the current container as it is accepted, with live charts.
 
     Pass `answer` to keep what was generated if the script is interrupted (Stop, a rerun): Streamlit
-    raises inside the script then, and `answer` is left marked stopped with the text so far."""
+    raises inside the script then, and `answer` is left marked stopped with the text so far.
+    `asked_again`: its drafter has answered the same question before; the chart's speed-up says so."""
     drafter = choices.drafter if drafter is None else drafter
     answer = Answer() if answer is None else answer
     answer.started_as = AnswerStats(mode="speculative" if drafter != NONE else "standard", target=choices.target,
                                     drafter=None if drafter == NONE else drafter)
     thinking_slot, text_slot, notices, chart_slot = st.empty(), st.empty(), st.container(), st.empty()
-    live = _LiveView(answer, thinking_slot, text_slot, chart_slot if charts else None, highlight, baseline)
+    live = _LiveView(answer, thinking_slot, text_slot, chart_slot if charts else None, highlight, baseline,
+                     asked_again)
     show_text(text_slot, "", [], highlight, cursor=True)
     events = answer_events(choices.decoder_settings(settings), server(settings, url), choices.target, drafter,
                            request)
@@ -207,7 +210,7 @@ def stream_answer(settings: Settings, url: str, choices: Choices, request: Gener
     if answer.note:  # a failure is an error; a finished answer's note (Max tokens) a warning, as when saved
         (notices.warning if answer.stats else notices.error)(answer.note)
     if charts and answer.stats:
-        chart_slot.plotly_chart(answer_figure(answer.stats, baseline), key=chart_key())
+        chart_slot.plotly_chart(answer_figure(answer.stats, baseline, asked_again), key=chart_key())
     elif charts:
         chart_slot.empty()
     return answer
@@ -219,8 +222,8 @@ class _LiveView:
     says less was drafted than the green shows."""
 
     def __init__(self, answer: Answer, thinking_slot, text_slot, chart_slot, highlight: bool,
-                 baseline: dict[str, Any] | None):
-        self.answer, self.highlight, self.baseline = answer, highlight, baseline
+                 baseline: dict[str, Any] | None, asked_again: bool = False):
+        self.answer, self.highlight, self.baseline, self.asked_again = answer, highlight, baseline, asked_again
         self.thinking_slot, self.text_slot, self.chart_slot = thinking_slot, text_slot, chart_slot
         self.text_at = self.chart_at = 0.0
         self.drawn = (0, 0)  # characters of the thinking and the text drawn
@@ -238,7 +241,7 @@ class _LiveView:
         due = accepted != self.charted[1] or now - self.chart_at > CHART_REFRESH_SECONDS
         stats = answer.so_far() if self.chart_slot is not None and due else None
         if stats is not None and (stats.output_tokens, stats.accepted_tokens) != self.charted:
-            self.chart_slot.plotly_chart(answer_figure(stats, self.baseline), key=chart_key())
+            self.chart_slot.plotly_chart(answer_figure(stats, self.baseline, self.asked_again), key=chart_key())
             self.charted, self.chart_at = (stats.output_tokens, stats.accepted_tokens), now
         thinking, text = len(answer.thinking), len(answer.text)
         if thinking != self.drawn[0]:
@@ -278,13 +281,16 @@ def show_message(message: dict[str, Any], highlight: bool, charts: bool = False,
         if message.get("note"):
             st.warning(message["note"])
         if stats:
-            speedup = speedup_text(stats, message.get("baseline"), message.get("created_at"))  # when it was made
+            again = message.get("ask") == AGAIN  # its drafter had answered the same question: kept when asked
+            speedup = speedup_text(stats, message.get("baseline"), message.get("created_at"),  # when it was made
+                                   asked_again=again)
             st.caption(f"{stats_summary(stats)} · {speedup}")
             if charts:  # the last answer's charts in view, the others' one click away
-                st.plotly_chart(answer_figure(stats, message.get("baseline")))
+                st.plotly_chart(answer_figure(stats, message.get("baseline"), again))
             with st.expander("Stats"):
                 if not charts:
-                    st.plotly_chart(answer_figure(stats, message.get("baseline")), key=f"charts-{message['id']}")
+                    st.plotly_chart(answer_figure(stats, message.get("baseline"), again),
+                                    key=f"charts-{message['id']}")
                 st.table(pd.DataFrame(stats_rows(stats)).set_index("figure"))
         if actions is not None:
             actions()

@@ -24,10 +24,10 @@ def chart_key() -> str:
     return f"live-chart-{next(_chart_numbers)}"
 
 
-def answer_figure(stats: AnswerStats, baseline: dict[str, Any] | None) -> go.Figure:
+def answer_figure(stats: AnswerStats, baseline: dict[str, Any] | None, asked_again: bool = False) -> go.Figure:
     """Acceptance per round and per draft position, and tokens/s over time against the baseline.
 
-    `stats` is finished or live (a snapshot: the rounds so far)."""
+    `stats` is finished or live (a snapshot: the rounds so far); `asked_again`: a repeated question."""
     rounds = stats.rounds
     speculative = stats.mode == "speculative"
     titles = (["Draft tokens per round", "Acceptance by draft position"] if speculative else []) + ["Tokens/s"]
@@ -57,7 +57,8 @@ def answer_figure(stats: AnswerStats, baseline: dict[str, Any] | None) -> go.Fig
     if baseline:
         figure.add_hline(y=baseline["tokens_per_second"], line_dash="dash", line_color="grey",
                          annotation_text="standard baseline", row=1, col=column)
-    headline = speedup_so_far(stats, baseline, rates[-1] if rates else None) if speculative else "standard generation"
+    rate = rates[-1] if rates else None
+    headline = speedup_so_far(stats, baseline, rate, asked_again) if speculative else "standard generation"
     figure.update_layout(barmode="stack", height=280, margin=dict(l=10, r=10, t=60, b=10), title=headline,
                          title_font_size=14, legend=dict(orientation="h", y=-0.3))
     return figure

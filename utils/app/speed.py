@@ -113,18 +113,20 @@ def speedup_text(stats: AnswerStats, baseline: dict[str, Any] | None, at: str | 
             f"this server at a comparable context length (this answer: about {context_tokens(stats)} tokens)")
 
 
-def speedup_so_far(stats: AnswerStats, baseline: dict[str, Any] | None, rate: float | None) -> str:
+def speedup_so_far(stats: AnswerStats, baseline: dict[str, Any] | None, rate: float | None,
+                   asked_again: bool = False) -> str:
     """The chart's headline for a speculative answer: "so far" only while it streams (no done_reason yet).
     A finished answer without a figure says only that: the reason is in full under the answer, once
-    (speedup_text), not cut off in a chart title."""
+    (speedup_text), not cut off in a chart title. A repeat's figure says so (`asked_again`)."""
     live = not stats.done_reason
     if reason := no_speedup_reason(stats, so_far=live):
         return f"no speed-up yet: {reason}" if live else "no speed-up figure (why: under the answer)"
     if baseline and unlike_baseline(stats, baseline) and not live:
         return "no speed-up figure: the baseline is not like-for-like (why: under the answer)"
     if baseline and rate:
-        return (f"speed-up{' so far' if live else ''} ×{rate / baseline['tokens_per_second']:.2f} against the "
-                "standard baseline")
+        again = " (asked again: a copy)" if asked_again else ""
+        return (f"speed-up{' so far' if live else ''} ×{rate / baseline['tokens_per_second']:.2f}{again} against "
+                "the standard baseline")
     return "speed-up: no baseline measured yet"
 
 

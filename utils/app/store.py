@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS messages (
     stopped INTEGER NOT NULL DEFAULT 0,  -- 1: interrupted while streaming; the partial answer is kept
     created_at TEXT NOT NULL,
     thinking TEXT,        -- a thinking model's reasoning, as the server split it from the answer
-    thinking_pieces TEXT  -- JSON [[text, origin], ...] of the reasoning, as the engine emitted it
+    thinking_pieces TEXT, -- JSON [[text, origin], ...] of the reasoning, as the engine emitted it
+    ask TEXT              -- 'first ask' or 'asked again': whether its drafter had answered the question before
 );
 CREATE INDEX IF NOT EXISTS messages_by_conversation ON messages(conversation_id, id);
 CREATE TABLE IF NOT EXISTS baselines (
@@ -76,6 +77,8 @@ class ConversationStore:
                 db.execute("ALTER TABLE messages ADD COLUMN thinking TEXT")
             if "thinking_pieces" not in columns:  # from before thinking was speculated
                 db.execute("ALTER TABLE messages ADD COLUMN thinking_pieces TEXT")
+            if "ask" not in columns:  # from before first asks and repeats were told apart
+                db.execute("ALTER TABLE messages ADD COLUMN ask TEXT")
             if "context_tokens" not in {row["name"] for row in db.execute("PRAGMA table_info(baselines)")}:
                 db.execute("ALTER TABLE baselines ADD COLUMN context_tokens INTEGER")  # from before it was kept
 
@@ -133,15 +136,15 @@ class ConversationStore:
     def add_message(self, conversation_id: int, role: str, content: str, *, pieces: list | None = None,
                     stats: AnswerStats | None = None, note: str | None = None,
                     baseline: dict[str, Any] | None = None, stopped: bool = False, thinking: str | None = None,
-                    thinking_pieces: list | None = None) -> int:
+                    thinking_pieces: list | None = None, ask: str | None = None) -> int:
         stamp = now()
         stats_json = stats.model_dump_json() if stats else None  # the one place stats become JSON
         with self._connect() as db:
             cursor = db.execute(
                 "INSERT INTO messages (conversation_id, role, content, pieces, stats, note, baseline, stopped,"
-                " created_at, thinking, thinking_pieces) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " created_at, thinking, thinking_pieces, ask) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, role, content, _dump(pieces), stats_json, note, _dump(baseline), int(stopped),
-                 stamp, thinking or None, _dump(thinking_pieces or None)),
+                 stamp, thinking or None, _dump(thinking_pieces or None), ask),
             )
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?", (stamp, conversation_id))
             return _inserted_id(cursor)
