@@ -7,6 +7,7 @@ import streamlit as st
 from utils.app.benchmarks import (
     DEFAULT_PROMPTS_PER_CATEGORY,
     DEFAULT_REPEATS,
+    SPEEDUP_MEANING,
     TABLE_COLUMNS,
     ProgressText,
     asks_text,
@@ -82,6 +83,7 @@ chosen = st.selectbox("Run", names, index=names.index(shown) if shown in names e
                       format_func=lambda path: Path(path).name)
 run = bench.load_run(Path(chosen))
 speedups, left_out = speedup_figure(run["summary"])
+st.caption(SPEEDUP_MEANING)
 if speedups is not None:
     st.plotly_chart(speedups, key="bench-speedup")
 if left_out:

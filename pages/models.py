@@ -2,7 +2,15 @@
 
 import streamlit as st
 
-from utils.app.models import advice_table, bundled_models, install_models, run_advisor, server_models, whole_table
+from utils.app.models import (
+    advice_meaning,
+    advice_table,
+    bundled_models,
+    install_models,
+    run_advisor,
+    server_models,
+    whole_table,
+)
 from utils.app.runtime import current, explain, server_url
 from utils.bench.advisor import ADVISOR_MAX_TOKENS, ADVISOR_PROMPTS
 from utils.engine.drafters import model_free_drafters
@@ -47,6 +55,7 @@ if st.button("Measure and recommend", type="primary", disabled=not drafters):
                                              ADVISOR_PROMPTS[:prompt_count], int(max_tokens), int(repeats))
 if advice := st.session_state.get("advice"):
     st.table(whole_table(advice_table(advice), "drafter"))
+    st.caption(advice_meaning(advice))
     if advice.recommended == "none":
         st.info(f"Recommendation for {advice.target}: no speculation. {advice.reason}.")
     else:

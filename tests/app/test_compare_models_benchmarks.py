@@ -9,6 +9,7 @@ from streamlit.testing.v1 import AppTest
 
 from tests.support.app import REPEAT_PROMPT, open_app, short_answers
 from tests.support.models import SMALL
+from utils.app.benchmarks import SPEEDUP_MEANING
 from utils.app.highlight import DRAFT_COLOUR
 
 
@@ -91,7 +92,7 @@ def test_compare_shows_the_median_and_spread_of_its_pairs_and_says_within_noise(
             "noise" in captions)
     # The tokens/s are the pairs' medians; the first pair's (shown above) are detail.
     assert at.metric[2].value == "20.0 → 24.0"
-    assert "First pair (the texts above): 20.0 → 26.0 tokens/s." in captions
+    assert "First pair (the texts above): 20.0 → 26.0 tokens/s, standard → speculative, a first ask." in captions
 
 
 def test_compare_headline_is_the_first_ask_and_repeats_are_shown_apart():
@@ -142,6 +143,9 @@ def test_models_pair_advisor_measures_and_recommends(data_dir):
     assert table["speed-up (median)"].iloc[1].startswith("×") and "×" in table["spread (25–75%)"].iloc[1]
     verdict = (at.success or at.info)[0].value
     assert verdict.startswith(f"Recommendation for {SMALL}")
+    # What the figures compare, said under the table; lookup remembers no answer: no pass is a repeat.
+    [meaning] = [c.value for c in at.caption if c.value.startswith("tokens/s: all of a drafter's answers")]
+    assert "over standard generation's on the same prompt" in meaning and "asked again" not in meaning
     if advice.recommended == "none":
         assert "no speculation" in verdict
     else:
@@ -198,12 +202,17 @@ def test_benchmarks_page_runs_a_tiny_benchmark(data_dir):
     at.button(key="bench_measure").click().run()  # one short standard answer: then a time estimate
     assert not at.exception, at.exception
     [size] = [i.value for i in at.info]
-    assert re.search(r"up to 16 tokens: at most about \d+ s at \d+\.\d tokens/s\.$", size), size
+    assert re.search(r"up to 16 tokens: at most about \d+ s at \d+\.\d tokens/s, \S+'s standard speed, measured "
+                     r"on this server on [\d-]+ [\d:]+ \(every answer as slow as that, at its token limit\)\.$",
+                     size), size
     assert not [b for b in at.button if b.key == "bench_measure"]
     at.button(key="bench_start").click().run()
     assert not at.exception, at.exception
     assert not at.error, [e.value for e in at.error]
     assert at.get("plotly_chart")
+    # Every figure says what it compares: the speed-ups and verdicts, and the first asks (the `asked` column).
+    captions = [c.value for c in at.caption]
+    assert SPEEDUP_MEANING in captions and any(c.startswith("Every speed-up here is of first asks") for c in captions)
     table = at.dataframe[0].value
     assert len(table) >= 1
     assert set(table["verdict"]) <= {"nothing drafted", "one run: no spread"}

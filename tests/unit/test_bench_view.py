@@ -29,8 +29,13 @@ def test_estimate_says_the_size_and_a_time_only_from_a_measured_speed():
     unknown = estimate(config, None)
     assert unknown.startswith("2 answers (2 configurations, standard generation included, × 1 repeat), up to 100 "
                               "tokens.") and "measure it (below) for a time estimate" in unknown
-    known = estimate(config, {"tokens_per_second": 10.0})
-    assert known.endswith("at most about 30 s at 10.0 tokens/s.")  # 100 tokens / 10 + 2 × 10 s of loading
+    from utils.app.runtime import when
+
+    known = estimate(config, {"tokens_per_second": 10.0, "measured_at": "2026-01-02T03:04:00+00:00"})
+    # 100 tokens / 10 + 2 × 10 s of loading, at a speed that says what it is and when it was measured
+    assert known.endswith("at most about 30 s at 10.0 tokens/s, smollm2:135m's standard speed, measured on this "
+                          f"server on {when('2026-01-02T03:04:00+00:00')} (every answer as slow as that, at its "
+                          "token limit).")
 
 
 def test_durations_read_as_a_person_says_them():

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import streamlit as st
 
 from config import Settings
-from utils.app.runtime import explain, store
+from utils.app.runtime import explain, store, when
 from utils.app.speed import BASELINE_MAX_TOKENS, measure_baseline
 from utils.bench import runner as bench
 from utils.bench.first_asks import AGAIN, FIRST
@@ -42,7 +42,9 @@ def estimate(config: bench.BenchConfig, baseline: dict[str, Any] | None) -> str:
         return (f"{size}. No standard speed measured for {config.target} on this server yet: measure it (below) "
                 "for a time estimate.")
     seconds = tokens / baseline["tokens_per_second"] + LOAD_SECONDS * len(config.configurations())
-    return f"{size}: at most about {duration(seconds)} at {baseline['tokens_per_second']:.1f} tokens/s."
+    return (f"{size}: at most about {duration(seconds)} at {baseline['tokens_per_second']:.1f} tokens/s, "
+            f"{config.target}'s standard speed, measured on this server on {when(baseline['measured_at'])} "
+            "(every answer as slow as that, at its token limit).")
 
 
 def estimate_panel(settings: Settings, url: str, config: bench.BenchConfig) -> None:
@@ -134,6 +136,14 @@ def asks_text(rows: list[dict[str, Any]]) -> str:
             "new question.")
 
 
+# What every speed-up on the page compares (utils/bench/report.py: summarize, decode_rate, verdict).
+SPEEDUP_MEANING = ("Speed-up: a speculative answer's tokens/s after its first token over the standard answer's to "
+                   "the same prompt in the same repeat (the first token waits for the prompt, the same work for "
+                   "both), the median over the prompts and repeats, its spread the middle half of them (25–75%). "
+                   "A figure, a bar and the verdict 'faster' or 'slower' only where that middle half leaves out "
+                   "×1.00; elsewhere the verdict says why not.")
+
+
 def speedup_figure(rows: list[dict[str, Any]]) -> tuple[go.Figure | None, list[str]]:
     """The speed-up per category and configuration, drawn only where it was measured beyond noise; and
     one line per row left out, saying why (under the chart, in full: a chart title cuts it off)."""
@@ -169,9 +179,7 @@ def summary_markdown(run: dict[str, Any]) -> str:
     if not table:
         return header + "\n"
     columns = list(table[0])
-    lines = [header, "", "## Summary", "",
-             "A speed-up is given only where the middle half of the repeats (25th to 75th percentile) leaves "
-             "out ×1.00; elsewhere the verdict says why not.", "", asks_text(run["summary"]), "",
+    lines = [header, "", "## Summary", "", SPEEDUP_MEANING, "", asks_text(run["summary"]), "",
              "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join("" if row[c] is None else str(row[c]) for c in columns) + " |" for row in table]
     return "\n".join(lines) + "\n"

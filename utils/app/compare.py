@@ -186,7 +186,8 @@ def show_comparison(result: dict[str, Any]) -> None:
     if len(pairs) > 1:
         shown = pairs[0]
         st.caption(f"First pair (the texts above): {shown['standard'].tokens_per_second:.1f} → "
-                   f"{shown['speculative'].tokens_per_second:.1f} tokens/s.")
+                   f"{shown['speculative'].tokens_per_second:.1f} tokens/s, standard → speculative, "
+                   f"{'asked again' if shown.get('ask') == AGAIN else 'a first ask'}.")
     if standard["text"] == speculative["text"]:
         st.success("The two texts are identical.")
         return

@@ -12,6 +12,7 @@ import streamlit as st
 from config import Settings
 from utils.app.runtime import ScriptCalls, run, server
 from utils.app.sidebar import relation_label
+from utils.bench.first_asks import remembers_answers
 from utils.engine.client import ServerError
 from utils.engine.drafters import NONE
 
@@ -133,6 +134,19 @@ def advice_table(advice) -> list[dict[str, Any]]:
             "problem": measured.error or ("drafted nothing" if drafted_nothing(measured) else ""),
         })
     return rows
+
+
+def advice_meaning(advice) -> str:
+    """What the advisor's figures compare, in words, under its table."""
+    text = ("tokens/s: all of a drafter's answers together, tokens ÷ seconds generating. Speed-up: a drafter's "
+            "tokens/s over standard generation's on the same prompt, answered right before or after it, the median "
+            "over the prompts and passes; spread: the middle half of them (25–75%), \"within noise\" unless it "
+            "lies above ×1.00.")
+    again = [c.drafter for c in advice.candidates if remembers_answers(c.drafter)]
+    if again and advice.repeats > 1:
+        text += (f" {', '.join(again)} remembers its answers: from the second pass on it is asked again and copies "
+                 "its first answer, faster than it would answer a new question.")
+    return text
 
 
 def whole_table(rows: list[dict[str, Any]], index: str) -> pd.DataFrame:
