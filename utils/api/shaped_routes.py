@@ -176,6 +176,21 @@ async def _pings(reply: KeptAlive, waiting: asyncio.Future[Any]) -> AsyncIterato
         waiting.cancel()  # nothing if it is done; else the client has left
 
 
+def begun(reply: Reply, pending: asyncio.Future[Any],
+          then: Callable[[Any], AsyncIterator[dict[str, Any]]]) -> StreamingResponse:
+    """A streamed Messages answer begun before `pending` is done (the proxy still deciding, a speculated
+    answer's prompt being read): message_start and pings until it is, then the messages `then` makes of
+    its result. A client that leaves meanwhile cancels `pending`."""
+    kept = cast(KeptAlive, reply)
+
+    async def body() -> AsyncIterator[bytes]:
+        async for chunk in _pings(kept, pending):
+            yield chunk
+        async for chunk in kept.sse(then(pending.result()), started=True):
+            yield chunk
+    return StreamingResponse(body(), media_type=EVENT_STREAM, headers=NO_CACHE)
+
+
 async def _kept_alive(reply: KeptAlive, answered: asyncio.Future[Response]) -> AsyncIterator[bytes]:
     """The chat handler's answer, pinging until it comes; a failure then is the stream's `error` event."""
     async for chunk in _pings(reply, answered):
@@ -184,7 +199,7 @@ async def _kept_alive(reply: KeptAlive, answered: asyncio.Future[Response]) -> A
     if isinstance(response, StreamingResponse):  # a streamed answer is a 200
         messages: AsyncIterator[dict[str, Any]] = ollama_messages(response.body_iterator)
     else:
-        messages = _one({"error": failure_message(response) or "the answer was not streamed"})
+        messages = one({"error": failure_message(response) or "the answer was not streamed"})
     async for chunk in reply.sse(messages, started=True):
         yield chunk
 
@@ -204,11 +219,11 @@ async def _pinging(reply: KeptAlive, messages: AsyncIterator[dict[str, Any]]) ->
         head = first.result()
     except StopAsyncIteration:
         return
-    async for chunk in reply.sse(_chained(_one(head), messages), started=started):
+    async for chunk in reply.sse(_chained(one(head), messages), started=started):
         yield chunk
 
 
-async def _one(message: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+async def one(message: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
     yield message
 
 

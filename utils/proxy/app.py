@@ -23,14 +23,23 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 
 from utils.api.cors import add_cors
 from utils.api.http import MAX_BODY_BYTES, NDJSON, client_gone, json_response
-from utils.api.shaped_routes import MESSAGES, OPENAI_CHAT, OPENAI_COMPLETION, RESPONSES, Shape
+from utils.api.openai_routes import ollama_messages
+from utils.api.shaped_routes import (
+    FIRST_PING_SECONDS,
+    MESSAGES,
+    OPENAI_CHAT,
+    OPENAI_COMPLETION,
+    RESPONSES,
+    Shape,
+    begun,
+)
 from utils.burst import events_asked, opted_out
 from utils.engine.events import GenerationError
 from utils.proxy import answers
 from utils.proxy.event_stream import event_answer
 from utils.proxy.forward import Inner, forward
 from utils.proxy.routing import Forward
-from utils.proxy.serving import ProxyConfig, ProxyState, Refused, decide
+from utils.proxy.serving import ProxyConfig, ProxyState, Refused, Started, decide
 
 __all__ = ["ProxyConfig", "create_proxy", "is_loopback"]
 
@@ -119,12 +128,14 @@ async def shaped_answer(request: Request, shape: Shape) -> Response:
         translated = shape.translate(body)
     except ValueError as error:  # the translations' refusals (OpenAIError, AnthropicError) are ValueErrors
         return await passed_on(request, "", Forward("invalid", str(error)), body_bytes)
-    decision = await decide(state_of(request), translated, shape.chat, client_of(request), request.url.path)
-    # A refusal the shape relaxes (Claude Code's `effort` asked of a model that cannot think, which
-    # Ollama answers without thinking) is decided again relaxed, here rather than upstream: speculated.
-    refusal = decision.message if isinstance(decision, Refused) else getattr(decision, "reason", "")
-    if refusal and (relaxed := shape.relax(translated, refusal)) is not None:
-        decision = await decide(state_of(request), relaxed, shape.chat, client_of(request), request.url.path)
+    decided = asyncio.ensure_future(_decided(request, shape, translated))
+    if shape.pings and translated.get("stream"):
+        # A speculated answer is decided once its first token is made, after its prompt is read: a
+        # stream not decided by then begins now and pings meanwhile, as a standard one does.
+        await asyncio.wait({decided}, timeout=FIRST_PING_SECONDS)
+        if not decided.done():
+            return begun(shape.reply(translated["model"], body), decided, lambda late: _late(request, *late))
+    decision, translated = await decided
     if isinstance(decision, Forward):
         return await passed_on(request, translated["model"], decision, body_bytes)
     if isinstance(decision, Refused):  # Ollama's {"error"} in the shape's error object
@@ -136,6 +147,42 @@ async def shaped_answer(request: Request, shape: Shape) -> Response:
     if isinstance(whole, Response):
         return whole
     return json_response(reply.whole(*whole))
+
+
+async def _decided(request: Request, shape: Shape, chat: dict[str, Any]) -> tuple[Forward | Refused | Started,
+                                                                                 dict[str, Any]]:
+    """The decision on a translated chat, and the chat decided."""
+    decision = await decide(state_of(request), chat, shape.chat, client_of(request), request.url.path)
+    # A refusal the shape relaxes (Claude Code's `effort` asked of a model that cannot think, which
+    # Ollama answers without thinking) is decided again relaxed, here rather than upstream: speculated.
+    refusal = decision.message if isinstance(decision, Refused) else getattr(decision, "reason", "")
+    if refusal and (relaxed := shape.relax(chat, refusal)) is not None:
+        chat = relaxed
+        decision = await decide(state_of(request), chat, shape.chat, client_of(request), request.url.path)
+    return decision, chat
+
+
+async def _late(request: Request, decision: Forward | Refused | Started,
+                chat: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """The Ollama messages of a decision made after its stream began (`begun`). One passed on is
+    upstream's answer to the translated chat (what upstream's own translation would answer)."""
+    if isinstance(decision, Refused):
+        yield {"error": decision.message}
+        return
+    if isinstance(decision, Started):
+        async for message in decision.messages:
+            yield message
+        return
+    state = state_of(request)
+    state.metrics.observe_forward(client_of(request), request.url.path, chat["model"], decision.code,
+                                  decision.reason, decision.tools)
+    async with state.upstream.stream("POST", "/api/chat" if "messages" in chat else "/api/generate",
+                                     json=chat) as response:
+        if response.status_code != 200:
+            yield {"error": json.loads(await response.aread()).get("error", f"status {response.status_code}")}
+            return
+        async for message in ollama_messages(response.aiter_bytes()):
+            yield message
 
 
 def _ollama_failure(status: int, message: str) -> Response:
