@@ -69,7 +69,12 @@ def test_chat_standard_and_speculative_answers_survive_a_reload(page: Page, app_
     second = assistant_messages(page).nth(1)
     caption = second.get_by_test_id("stCaptionContainer").first
     expect(caption).to_contain_text("speculative (lookup):")
-    expect(caption).to_contain_text(re.compile(r"of drafted tokens accepted · speed-up ×\d+\.\d\d against"))
+    # A measured figure, saying what it compares: this answer (a first ask: lookup remembers no answer)
+    # against the standard answer above, the baseline, at a comparable context length.
+    expect(caption).to_contain_text(re.compile(
+        r"of drafted tokens accepted · speed-up ×\d+\.\d\d \(this answer's tokens/s\) against the standard baseline "
+        r"\d+\.\d tokens/s \(last standard answer in Chat, \d+ tokens, at \d+ tokens of context, [^)]+\): standard "
+        r"generation on this server at a comparable context length"))
     highlighted = second.locator(DRAFT_SPAN)
     assert highlighted.count() >= 1, "no accepted draft token is highlighted"
     assert "".join(highlighted.all_inner_texts()).strip()
@@ -139,8 +144,8 @@ def test_compare_runs_standard_and_speculative_side_by_side(page: Page, app_url:
     expect(spread).to_be_visible()
     median, low, high = (float(x) for x in re.findall(r"×(\d+\.\d\d)", spread.inner_text())[:3])
     expect(metrics.last).to_contain_text("—" if low <= 1.0 <= high else f"×{median:.2f}")
-    expect(main.get_by_text(re.compile(r"^First pair \(the texts above\): \d+\.\d → \d+\.\d tokens/s\."))
-           ).to_be_visible()
+    expect(main.get_by_text(re.compile(r"^First pair \(the texts above\): \d+\.\d → \d+\.\d tokens/s, standard → "
+                                       r"speculative, a first ask\."))).to_be_visible()  # lookup remembers no answer
 
     # Right after the run, no redraw needed: the speculative text with its accepted draft tokens on green,
     # the standard one without; no code line runs past its half-width column (long lines wrap).
