@@ -79,7 +79,9 @@ def test_a_benchmark_runs_on_the_apps_server_and_draws_no_speedup_where_nothing_
     assert servers == {1}, f"embedded servers seen during the benchmark: {sorted(servers)}"
     [run] = (own_server_app.data_dir / "bench").iterdir()
     data = json.loads((run / "results.json").read_text())
-    app_server = sidebar(page).get_by_text(re.compile(r"embedded llama.cpp server at")).inner_text()
+    # The sidebar names the server with the version it reports (3bba45f): "… embedded llama.cpp server
+    # (version 0.32.15) at http://…".
+    app_server = sidebar(page).get_by_text(re.compile(r"embedded llama.cpp server \(version [^)]+\) at")).inner_text()
     assert data["server"]["url"] in app_server, (data["server"]["url"], app_server)
     speculative = [r for r in data["runs"] if r["drafter"] == LOOKUP_OPTION]
     assert len(speculative) == 2 and sum(r["stats"]["drafted_tokens"] for r in speculative) == 0, \

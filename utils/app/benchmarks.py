@@ -111,13 +111,14 @@ def summary_table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "category": row["category"],
             "configuration": bench.describe(row["engine"], row["drafter"], row["k"]),
             "asked": row.get("ask", FIRST),
-            "runs": row["runs"],
-            "standard tokens/s": _rounded(row["standard_tps"], 1),
-            "speculative tokens/s": _rounded(row["speculative_tps"], 1),
+            # The verdict beside the figure: it says what a "—" means, and a wide table showed it off screen.
             "speed-up (median)": f"×{row['speedup']:.2f}" if measured(row) else "—",
+            "verdict": verdict(row),
             "spread (25–75%)": "—" if not row["drafted"] or row["runs"] < 2
             else f"×{row['speedup_p25']:.2f} – ×{row['speedup_p75']:.2f}",
-            "verdict": verdict(row),
+            "standard tokens/s": _rounded(row["standard_tps"], 1),
+            "speculative tokens/s": _rounded(row["speculative_tps"], 1),
+            "runs": row["runs"],
             "drafted tokens": row["drafted"],
             "accepted": "—" if not row["drafted"] else f"{row['acceptance']:.0%}",
             "same text as standard": f"{row['identical_rate']:.0%}",
