@@ -194,3 +194,27 @@ def test_a_chat_speedup_needs_a_like_for_like_baseline_and_says_what_it_compares
     later = baseline["measured_at"].replace(baseline["measured_at"][:4], str(int(baseline["measured_at"][:4]) + 1))
     assert "hours before this answer" in speedup_text(near, baseline, at=later)
     assert "measure it again" in speedup_text(near, {**baseline, "context_tokens": None})
+
+
+def test_compare_tokens_per_second_is_the_first_asks_with_the_repeats_apart():
+    """Issue 52: the Tokens/s figure was the median over first asks and repeats together (10.0 → 23.0 here,
+    where the first ask ran 10.0 → 10.2); it is the first asks', as the headline, the repeats' apart."""
+    from utils.app.compare import rate_figures
+
+    def pair(ask: str, tps: float) -> dict:
+        return {"ask": ask, "standard": stats(mode="standard", tokens_per_second=10.0),
+                "speculative": stats(tokens_per_second=tps)}
+
+    mixed = [pair("first ask", 10.2), pair("asked again", 23.0), pair("asked again", 25.0)]
+    label, value, meaning, repeats = rate_figures(mixed)
+    assert (label, value) == ("Tokens/s, first ask", "10.0 → 10.2")
+    assert meaning == ("Tokens/s, first ask: 10.0 → 10.2 standard → speculative, the median over 1 pair on this "
+                       "prompt asked for the first time.")
+    assert repeats is not None and repeats.startswith("Tokens/s, asked again: 10.0 → 24.0 standard → speculative, "
+                                                      "the median over 2 pairs of the same prompt asked again")
+    # Only repeats (the prompt was compared before): their figure, named as theirs.
+    label, value, meaning, repeats = rate_figures(mixed[1:])
+    assert (label, value, repeats) == ("Tokens/s, asked again", "10.0 → 24.0", None)
+    assert "asked again (no first ask in this run)" in meaning
+    # Only first asks (lookup remembers nothing): every pair, and nothing apart.
+    assert rate_figures([pair("first ask", 12.0), pair("first ask", 14.0)])[1:4:2] == ("10.0 → 13.0", None)

@@ -174,15 +174,17 @@ def show_comparison(result: dict[str, Any]) -> None:
                  help="seconds until the standard answer's first token (the median of the pairs)")
     second.metric("First token, speculative", _seconds(_median(p["speculative"].time_to_first_token_s for p in pairs)),
                   help="seconds until the speculative answer's first token (the median of the pairs)")
-    rate.metric("Tokens/s", f"{_median(p['standard'].tokens_per_second for p in pairs):.1f} → "
-                f"{_median(p['speculative'].tokens_per_second for p in pairs):.1f}",
-                help="standard → speculative, the median of all the pairs, first asks and repeats")
+    label, value, meaning, repeats = rate_figures(pairs)
+    rate.metric(label, value, help=meaning)
     if reason := no_speedup_reason(speculative["stats"]):
         speedup.metric("Speed-up", "—", help="no figure where speculation hardly ran")
         st.info(f"No speed-up shown: {reason}.")
     else:
         show_speedups(speedup, pairs, result.get("drafter") or speculative["stats"].drafter or "the drafter",
                       result.get("earlier_first_asks") or [])
+    st.caption(meaning)
+    if repeats:
+        st.caption(repeats)
     if len(pairs) > 1:
         shown = pairs[0]
         st.caption(f"First pair (the texts above): {shown['standard'].tokens_per_second:.1f} → "
@@ -197,6 +199,29 @@ def show_comparison(result: dict[str, Any]) -> None:
     diff = difflib.unified_diff(standard["text"].splitlines(), speculative["text"].splitlines(),
                                 "standard", "speculative", lineterm="")
     st.code("\n".join(diff), language="diff")
+
+
+def rate_figures(pairs: list[dict[str, Any]]) -> tuple[str, str, str, str | None]:
+    """The Tokens/s figure: its label, its value (standard → speculative, the medians of the first asks
+    where there are any, as the headline), what it is in words; and the repeats' figure apart, in words
+    (None where there are none, or where no pair was a first ask and the figure is theirs)."""
+    first = [p for p in pairs if p.get("ask", FIRST) == FIRST]
+    again = [p for p in pairs if p.get("ask") == AGAIN]
+    shown, kind = (first, "first ask") if first else (again, "asked again")
+    what = ("on this prompt asked for the first time" if first
+            else "on this prompt asked again (no first ask in this run): the drafter copies its earlier answer")
+    meaning = (f"Tokens/s, {kind}: {_rates(shown)} standard → speculative, the median over {_count(shown)} {what}.")
+    repeats = None
+    if first and again:
+        repeats = (f"Tokens/s, asked again: {_rates(again)} standard → speculative, the median over {_count(again)} "
+                   "of the same prompt asked again; the drafter copies its earlier answer, so the figure above "
+                   "leaves them out.")
+    return f"Tokens/s, {kind}", _rates(shown), meaning, repeats
+
+
+def _rates(pairs: list[dict[str, Any]]) -> str:
+    return (f"{_median(p['standard'].tokens_per_second for p in pairs):.1f} → "
+            f"{_median(p['speculative'].tokens_per_second for p in pairs):.1f}")
 
 
 def show_speedups(slot, pairs: list[dict[str, Any]], drafter: str, earlier: list[float]) -> None:
@@ -227,7 +252,7 @@ def show_speedups(slot, pairs: list[dict[str, Any]], drafter: str, earlier: list
                    "this is not the speed of a new question and the headline leaves it out.")
 
 
-def _count(ratios: list[float]) -> str:
+def _count(ratios: list) -> str:
     return f"{len(ratios)} pair{'s' if len(ratios) != 1 else ''}"
 
 
