@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import statistics
 from dataclasses import replace
 from typing import Any
 
@@ -127,6 +128,8 @@ def advice_table(advice) -> list[dict[str, Any]]:
             "spread (25–75%)": (None if measured.spread is None
                                 else f"×{measured.spread[0]:.2f} – ×{measured.spread[1]:.2f}"
                                 + ("" if measured.beyond_noise else ", within noise")),
+            "asked again (median)": (f"×{statistics.median(measured.again_ratios):.2f}"
+                                     if measured.again_ratios else None),
             "acceptance": None if measured.acceptance_rate is None else round(measured.acceptance_rate, 2),
             "tokens per verification": (None if measured.mean_acceptance_length is None
                                         else round(measured.mean_acceptance_length, 2)),
@@ -145,7 +148,9 @@ def advice_meaning(advice) -> str:
     again = [c.drafter for c in advice.candidates if remembers_answers(c.drafter)]
     if again and advice.repeats > 1:
         text += (f" {', '.join(again)} remembers its answers: from the second pass on it is asked again and copies "
-                 "its first answer, faster than it would answer a new question.")
+                 "its first answer, faster than it would answer a new question. So its tokens/s, speed-up and "
+                 "spread are of the first pass alone, its first asks, the speed a new question gets; its later "
+                 "passes are the \"asked again\" column, apart, and the recommendation leaves them out.")
     return text
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from config import Settings
+from utils.bench.first_asks import remembers_answers
 from utils.burst import announce
 from utils.engine.answer import collect
 from utils.engine.client import OllamaClient, ServerError
@@ -31,6 +32,8 @@ ADVISOR_PROMPTS = (
     "List three common uses of the grep command.",
 )
 ADVISOR_MAX_TOKENS = 48
+# Loads each model before timing; none of the prompts, so a drafter that remembers answers has seen none.
+WARM_UP = "Say hello."
 
 Progress = Callable[[int, int, str], None]
 
@@ -46,9 +49,20 @@ class Measurement:
     mean_acceptance_length: float | None = None
     identical: bool | None = None  # every text equal to standard greedy's (it should be)
     error: str | None = None
-    # Speed over standard generation's, one ratio per prompt and repeat, each against the standard
-    # answer to the same prompt measured next to it.
+    # Speed over standard generation's, one ratio per prompt and first-ask pass, each against the
+    # standard answer to the same prompt measured next to it; the speed-up and the tokens/s above are
+    # of these. A drafter that remembers answers has one first-ask pass: its later ones copy its earlier
+    # answers, their ratios kept apart in `again_ratios`.
     ratios: list[float] = field(default_factory=list)
+    again_ratios: list[float] = field(default_factory=list)
+
+    def first_ask(self, repeat: int) -> bool:
+        """Whether this drafter's answers of pass `repeat` (0 the first) are first asks: it has not
+        answered those prompts before (suffix decoding has, from the second pass on)."""
+        return repeat == 0 or not remembers_answers(self.drafter)
+
+    def add_ratio(self, ratio: float, repeat: int) -> None:
+        (self.ratios if self.first_ask(repeat) else self.again_ratios).append(ratio)
 
     @property
     def speedup(self) -> float | None:
@@ -86,11 +100,10 @@ class _Contender:
     texts: list[str] = field(default_factory=list)  # of the first repeat
 
 
-async def _contender(settings: Settings, server: OllamaClient, target: str, drafter: str,
-                     warm_up: str) -> _Contender:
+async def _contender(settings: Settings, server: OllamaClient, target: str, drafter: str) -> _Contender:
     """A decoder for (target, drafter), warmed up: loading a model is not generation time."""
     decoder = await build_decoder(settings.engine, server, target, drafter)
-    await collect(decoder, GenerationRequest(prompt=warm_up, max_tokens=4))
+    await collect(decoder, GenerationRequest(prompt=WARM_UP, max_tokens=4))
     return _Contender(Measurement(drafter), decoder)
 
 
@@ -103,7 +116,7 @@ async def advise(settings: Settings, server: OllamaClient, target: str, drafters
     report = progress or (lambda done, total, label: None)
     report(0, 1, f"loading {target}")
     try:
-        standard = await _contender(settings, server, target, NONE, prompts[0])
+        standard = await _contender(settings, server, target, NONE)
     except (ServerError, GenerationError) as error:
         return Advice(target, Measurement(NONE, "standard", error=error.message),
                       reason=f"standard generation failed: {error.message}")
@@ -118,7 +131,7 @@ async def advise(settings: Settings, server: OllamaClient, target: str, drafters
             if measurement.relation == "unusable":
                 measurement.error = f"{drafter} cannot draft for {target}"
             else:
-                contender = await _contender(settings, server, target, drafter, prompts[0])
+                contender = await _contender(settings, server, target, drafter)
                 contender.measurement.relation = measurement.relation
                 measurement = contender.measurement
                 contenders.append(contender)
@@ -140,14 +153,15 @@ async def advise(settings: Settings, server: OllamaClient, target: str, drafters
                     contender.measurement.error = error.message
                     continue
                 stats = AnswerStats.model_validate(answer["stats"])
-                contender.answers.append(stats)
+                if contender.measurement.first_ask(repeat):  # a copied answer's speed is not the drafter's
+                    contender.answers.append(stats)
                 speeds[contender.measurement.drafter] = stats.tokens_per_second
                 if repeat == 0:
                     contender.texts.append(answer["text"])
             for contender in contenders[1:]:
                 mine, base = speeds.get(contender.measurement.drafter), speeds.get(NONE)
                 if mine and base:
-                    contender.measurement.ratios.append(mine / base)
+                    contender.measurement.add_ratio(mine / base, repeat)
     report(total, total, "done")
     for contender in contenders:
         _summarise(contender, standard.texts)
@@ -178,6 +192,8 @@ def _recommend(standard: Measurement, candidates: list[Measurement]) -> tuple[st
     best = max(faster, key=lambda c: c.speedup or 0)
     summary = (f"{best.drafter}: median ×{best.speedup:.2f} of standard generation's speed "
                f"({best.tokens_per_second:.1f} against {standard.tokens_per_second:.1f} tokens/s)")
+    if remembers_answers(best.drafter):  # its later passes copied its first answers: left out
+        summary += ", first asks only"
     spread = best.spread
     if spread is None or not best.beyond_noise:  # beyond noise needs a spread: two runs at least
         shown = f"×{spread[0]:.2f} – ×{spread[1]:.2f}" if spread else "one run only"
