@@ -10,6 +10,7 @@ the deadlines are derived from that, and each CLI is asked as few turns as the c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,18 +33,34 @@ def deadline(prompt_tokens: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def agents_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def agents_serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer]:
     """`cli.py serve` as a user starts it for an agent CLI: speculation on (its defaults) and
-    OLLAMA_CONTEXT_LENGTH set in its environment."""
+    OLLAMA_CONTEXT_LENGTH set in its environment; its log kept, to read what it did with each prompt."""
     log = tmp_path_factory.mktemp("agents-serve") / "serve.log"
     with pytest.MonkeyPatch.context() as patch:  # the server's environment only, not this process's
         patch.setenv("OLLAMA_CONTEXT_LENGTH", str(CONTEXT))
         server = EmbeddedServer(log_path=log, speculation=True)
         server.start()
     try:
-        yield server.url
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def agents_server(agents_serve: EmbeddedServer) -> str:
+    return agents_serve.url
+
+
+def prompts_read(server: EmbeddedServer) -> list[int]:
+    """The tokens the server read of each long prompt it has begun (its log, oldest first); none of
+    an agent's long prompts abandoned by its client, which then sends it again (a retry the CLI's own
+    events do not show)."""
+    assert server.log_path is not None
+    log = server.log_path.read_text(errors="replace")
+    abandoned = [int(total) for total in re.findall(r"prompt abandoned by its client: .* of (\d+) new", log)]
+    assert not [total for total in abandoned if total > 2000], f"long prompts left unread and sent again: {abandoned}"
+    return [int(read) for read in re.findall(r"\d+ cached, (\d+) to read", log)]
 
 
 def test_the_clis_are_installed() -> None:
@@ -52,12 +69,16 @@ def test_the_clis_are_installed() -> None:
 
 
 @pytest.mark.timeout(2 * deadline(CLAUDE_PROMPT) + 60)
-def test_claude_code_turn(agents_server: str, tmp_path: Path) -> None:
-    """`claude -p` with a one-file task completes a turn, speculated, with no retry; a resumed second
-    turn (the same system prompt and tools) completes too."""
+def test_claude_code_turn(agents_serve: EmbeddedServer, tmp_path: Path) -> None:
+    """`claude -p` with a one-file task completes a turn, speculated, with no retry (none in the CLI's
+    events, and no request abandoned and sent again in the server's log); a resumed second turn (the
+    same system prompt and tools) completes too and reads only what is new: its cached prefix is
+    nearly the whole of the first turn's prompt."""
+    agents_server = agents_serve.url
     before = speculated(agents_server, "/v1/messages")
     first = run_claude(tmp_path, agents_server, MODEL, timeout=deadline(CLAUDE_PROMPT))
     assert not first.failures(), first.failures()
+    turn_one = prompts_read(agents_serve)
     assert first.session and first.prompt_tokens > 5000, (first.session, first.prompt_tokens)
     assert speculated(agents_server, "/v1/messages") > before
     if "Write" in first.tools_used:  # the CLI ran the model's call: its file is there
@@ -66,6 +87,11 @@ def test_claude_code_turn(agents_server: str, tmp_path: Path) -> None:
                         timeout=deadline(CLAUDE_PROMPT))
     assert not second.failures(), second.failures()
     assert second.session == first.session
+    # Nothing the resumed turn asked read more than a quarter of what the first turn's long prompt
+    # read (a prompt whose new part is a few tokens has no log line at all): its time to first token
+    # is what its new tokens cost, not the whole prompt again.
+    turn_two = prompts_read(agents_serve)[len(turn_one):]
+    assert all(read * 4 <= max(turn_one) for read in turn_two), (turn_one, turn_two)
 
 
 @pytest.mark.timeout(deadline(CODEX_PROMPT) + 60)
