@@ -53,6 +53,15 @@ class Message(BaseModel):
     role: str
     content: str = ""
 
+    @model_validator(mode="after")
+    def _calls_are_objects(self) -> Message:
+        """`tool_calls` is a list of objects, or Ollama's JSON decoding refuses the request (400); left
+        an extra field, not declared, so a message without calls reaches the template without the key."""
+        calls = (self.model_extra or {}).get("tool_calls")
+        if calls is not None and not (isinstance(calls, list) and all(isinstance(c, dict) for c in calls)):
+            raise ValueError("tool_calls must be a list of objects")
+        return self
+
 
 class Common(BaseModel):
     model_config = ConfigDict(extra="allow")
