@@ -26,7 +26,6 @@ from tests.support.driving import (
     SCRIPT_STATE,
     SPECULATIVE_PROMPT,
     STANDARD_PROMPT,
-    WATCH_STREAM,
     answer_stats,
     assistant_messages,
     open_app,
@@ -38,6 +37,7 @@ from tests.support.driving import (
     set_switch,
     short_answers,
     sidebar,
+    start_answer,
 )
 
 # An answer with a code line longer than a half-width column (Compare) is wide.
@@ -163,15 +163,9 @@ def test_stop_keeps_the_partial_answer_and_the_input_waits(page: Page, app_url: 
     set_number(page, "Max tokens", 400)
     set_switch(page, "Speculative decoding", False)
     answers_before = assistant_messages(page).count()
-    page.evaluate(WATCH_STREAM)
-    box = page.get_by_test_id("stChatInput").locator("textarea")
-    box.fill(LONG_PROMPT)
-    box.press("Enter")
-
     # While it streams: a Stop button, and an input that takes nothing (so nothing typed is lost).
-    # The answer's own Stop (not the header's); while a run is drawn Streamlit may keep a hidden copy.
-    stop = page.get_by_test_id("stChatMessage").filter(visible=True).get_by_role("button", name="Stop")
-    expect(stop).to_be_visible(timeout=ANSWER_TIMEOUT)
+    stop = start_answer(page, LONG_PROMPT)
+    box = page.get_by_test_id("stChatInput").locator("textarea")
     page.wait_for_function("window.__stream.partials >= 3", timeout=ANSWER_TIMEOUT)
     expect(box).to_be_disabled()
     stop.click()

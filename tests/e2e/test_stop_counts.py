@@ -18,12 +18,12 @@ from tests.support.driving import (
     LONG_PROMPT,
     RERUN_TIMEOUT,
     SCRIPT_STATE,
-    WATCH_STREAM,
     assistant_messages,
     open_app,
     send,
     set_number,
     set_switch,
+    start_answer,
 )
 from utils.app.store import ConversationStore
 from utils.engine.client import OllamaClient
@@ -76,13 +76,8 @@ def test_the_live_caption_counts_the_green_on_screen_and_stop_its_tokens(page: P
         set_number(page, "Max tokens", 400)
         # The follow-up says a few words of its own, then copies the function: on green, drafted by
         # suffix decoding from the first answer. Stop once green text has gone out.
-        page.evaluate(WATCH_STREAM)
         page.evaluate("window.__captions = {last: null, atGreen: []}")  # this answer's only
-        box = page.get_by_test_id("stChatInput").locator("textarea")
-        box.fill(RENAME)
-        box.press("Enter")
-        stop = page.get_by_test_id("stChatMessage").filter(visible=True).get_by_role("button", name="Stop")
-        expect(stop).to_be_visible(timeout=ANSWER_TIMEOUT)
+        stop = start_answer(page, RENAME)
         page.wait_for_function("window.__captions.atGreen.length > 0", timeout=ANSWER_TIMEOUT)
         stop.click()
         assert_stop_counts_what_it_showed(page, app.data_dir, server_url)
@@ -98,12 +93,7 @@ def test_a_standard_answer_stopped_mid_answer_counts_its_tokens(page: Page, serv
         open_app(page, app.url)
         set_number(page, "Max tokens", 400)
         set_switch(page, "Speculative decoding", False)
-        page.evaluate(WATCH_STREAM)
-        box = page.get_by_test_id("stChatInput").locator("textarea")
-        box.fill(LONG_PROMPT)
-        box.press("Enter")
-        stop = page.get_by_test_id("stChatMessage").filter(visible=True).get_by_role("button", name="Stop")
-        expect(stop).to_be_visible(timeout=ANSWER_TIMEOUT)
+        stop = start_answer(page, LONG_PROMPT)
         page.wait_for_function("window.__stream.partials >= 5", timeout=ANSWER_TIMEOUT)
         stop.click()
         assert_stop_counts_what_it_showed(page, app.data_dir, server_url)

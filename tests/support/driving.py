@@ -186,6 +186,18 @@ def assistant_messages(page: Page) -> Locator:
     return page.get_by_test_id("stChatMessage").filter(has=page.get_by_test_id("stChatMessageAvatarAssistant"))
 
 
+def start_answer(page: Page, prompt: str) -> Locator:
+    """Type a message and send it, the server's stream watched (WATCH_STREAM); the answer's own Stop
+    button once it shows (not the header's; while a run is drawn Streamlit may keep a hidden copy)."""
+    page.evaluate(WATCH_STREAM)
+    box = page.get_by_test_id("stChatInput").locator("textarea")
+    box.fill(prompt)
+    box.press("Enter")
+    stop = page.get_by_test_id("stChatMessage").filter(visible=True).get_by_role("button", name="Stop")
+    expect(stop).to_be_visible(timeout=ANSWER_TIMEOUT)
+    return stop
+
+
 def send(page: Page, prompt: str) -> None:
     """Type a message and send it; wait for the answer to stream, be saved and be redrawn."""
     answers_before = assistant_messages(page).count()
