@@ -130,7 +130,7 @@ async def _answered(shape: Shape, chat: ChatHandler, body: dict[str, Any], reque
 async def answer(shape: Shape, chat: ChatHandler, request: Request) -> Response:
     """One request of `shape`, answered by the server's chat handler. A streamed Messages answer begins
     as soon as its prompt is queued for the model (ACCEPTED), before its first token, and pings until
-    that comes (`_kept_alive`): until then a refusal is still an error status, as Ollama's."""
+    that comes (`begun`): until then a refusal is still an error status, as Ollama's."""
     try:
         sent = json.loads(await request.body())
         body = shape.translate(sent)
@@ -143,8 +143,7 @@ async def answer(shape: Shape, chat: ChatHandler, request: Request) -> Response:
         await asyncio.wait({answered, waiting}, return_when=asyncio.FIRST_COMPLETED)
         waiting.cancel()
         if not answered.done():
-            kept = cast(KeptAlive, shape.reply(body["model"], sent))
-            return StreamingResponse(_kept_alive(kept, answered), media_type=EVENT_STREAM, headers=NO_CACHE)
+            return begun(shape.reply(body["model"], sent), answered, _answer_messages)
     response = await answered
     if (message := failure_message(response)) is not None:
         return shape.failure(response.status_code, message)
@@ -191,17 +190,11 @@ def begun(reply: Reply, pending: asyncio.Future[Any],
     return StreamingResponse(body(), media_type=EVENT_STREAM, headers=NO_CACHE)
 
 
-async def _kept_alive(reply: KeptAlive, answered: asyncio.Future[Response]) -> AsyncIterator[bytes]:
-    """The chat handler's answer, pinging until it comes; a failure then is the stream's `error` event."""
-    async for chunk in _pings(reply, answered):
-        yield chunk
-    response = answered.result()
+def _answer_messages(response: Response) -> AsyncIterator[dict[str, Any]]:
+    """The chat handler's answer as messages; a failure after the stream began is its `error` event."""
     if isinstance(response, StreamingResponse):  # a streamed answer is a 200
-        messages: AsyncIterator[dict[str, Any]] = ollama_messages(response.body_iterator)
-    else:
-        messages = one({"error": failure_message(response) or "the answer was not streamed"})
-    async for chunk in reply.sse(messages, started=True):
-        yield chunk
+        return ollama_messages(response.body_iterator)
+    return one({"error": failure_message(response) or "the answer was not streamed"})
 
 
 async def _pinging(reply: KeptAlive, messages: AsyncIterator[dict[str, Any]]) -> AsyncIterator[bytes]:
